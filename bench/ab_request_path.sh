@@ -8,6 +8,10 @@
 # point finds through the router and directly on its shard at BENCH_CONNS (8); prints the
 # router's and the shard's CPU per find and routed / direct throughput. Ends with the
 # medians of each build. Note `uptime` beside the figures: the load is printed per run.
+# cluster mode also runs two do-nothing relays (bench/wire_relay.c, thread per connection and
+# --epoll) in front of build B's shard, the floor under a router in each executor model, and
+# ends with the issue's router ratios: router CPU per routed find / shard CPU per direct find
+# (target <= 1.0) and routed / direct throughput (target >= 0.75), the relays' beside them.
 # Env: BENCH_ROUNDS (5), BENCH_SECONDS (4), BENCH_CONNS, BENCH_KEYS (10000); BENCH_ARGS_A and
 # BENCH_ARGS_B: extra flags for that build's processes (e.g. one build with and without
 # "--setParameter serviceExecutor=shared"; `shale up` passes --setParameter on).
@@ -57,16 +61,39 @@ for v in A B; do
       --shard hashed >/dev/null
   fi
 done
+declare -A uri_relay pid_relay
+if [ "$MODE" = cluster ]; then
+  sport=${uri_direct[B]%/}
+  sport=${sport##*:}
+  for kind in thread epoll; do
+    rport=$(free_port)
+    if [ "$kind" = epoll ]; then
+      "$B/bench/wire_relay" "$rport" "$sport" /tmp --epoll >/dev/null &
+    else
+      "$B/bench/wire_relay" "$rport" "$sport" >/dev/null &
+    fi
+    pid_relay[$kind]=$!
+    bench_pids="$bench_pids ${pid_relay[$kind]}"
+    wait_port "$rport" "${pid_relay[$kind]}"
+    uri_relay[$kind]="mongodb://127.0.0.1:$rport/"
+  done
+fi
 echo "== $(nproc) cores; $MODE; A=$A B=$B; ${SECS}s per run, $ROUNDS rounds, x$CONNS; $(uptime)"
 
 results="$work/results.jsonl"
 : >"$results"
-run() { # BUILD PATH URI: one loadgen run; its JSON line with the CPU per op of both pids
-  local v=$1 path=$2 u=$3 before after
-  before=$(awk '{printf "%s %s ", $14, $15}' "/proc/${pid_main[$v]}/stat" "/proc/${pid_shard[$v]}/stat")
+switches() { # PID: the context switches (voluntary and not) of its threads so far
+  cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'
+}
+run() { # BUILD PATH URI [MAIN_PID]: one loadgen run; its JSON line with the CPU per op of the
+  # front process (the router, a relay, the node) and the shard
+  local v=$1 path=$2 u=$3 front=${4:-${pid_main[$1]}} before after
+  before=$(awk '{printf "%s %s ", $14, $15}' "/proc/$front/stat" "/proc/${pid_shard[$v]}/stat")
+  before="$before $(switches "$front")"
   "$LOADGEN" --uri "$u" --threads "$CONNS" --seconds "$SECS" --op findid --keys "$KEYS" \
     | sed -n 1p >"$work/run.json"
-  after=$(awk '{printf "%s %s ", $14, $15}' "/proc/${pid_main[$v]}/stat" "/proc/${pid_shard[$v]}/stat")
+  after=$(awk '{printf "%s %s ", $14, $15}' "/proc/$front/stat" "/proc/${pid_shard[$v]}/stat")
+  after="$after $(switches "$front")"
   /usr/bin/python3 - "$v" "$path" "$work/run.json" "$before" "$after" >>"$results" <<'PY'
 import json, os, sys
 v, path, f, before, after = sys.argv[1:]
@@ -74,14 +101,16 @@ r = json.load(open(f))
 d = [(int(b) - int(a)) * 1e6 / os.sysconf("SC_CLK_TCK") / max(r["ops"], 1)
      for a, b in zip(before.split(), after.split())]
 r.update(build=v, path=path, main_user=d[0], main_sys=d[1], shard_user=d[2], shard_sys=d[3],
+         main_switches=(int(after.split()[4]) - int(before.split()[4])) / max(r["ops"], 1),
          load=float(open("/proc/loadavg").read().split()[0]))
 print(json.dumps(r))
 print("%s %-6s x%d: %7.0f ops/s p50 %6.0f us p99 %6.0f us (%.1fx); CPU us/op %s %.1f+%.1f%s;"
       " load %.1f" % (v, path, r["threads"], r["ops_per_sec"], r["p50_us"], r["p99_us"],
-                      r["p99_us"] / max(r["p50_us"], 1), "router" if path == "router" else
-                      "server", d[0] if path != "direct" else d[2],
+                      r["p99_us"] / max(r["p50_us"], 1), path if path in ("router", "relay",
+                      "relay-epoll") else "server", d[0] if path != "direct" else d[2],
                       d[1] if path != "direct" else d[3],
-                      " shard %.1f+%.1f" % (d[2], d[3]) if path == "router" else "", r["load"]),
+                      " shard %.1f+%.1f" % (d[2], d[3]) if path != "direct" else "", r["load"]),
+      "switches/op %.2f" % r["main_switches"],
       file=sys.stderr)
 PY
 }
@@ -93,6 +122,10 @@ for round in $(seq 1 "$ROUNDS"); do
     else
       run "$v" router "${uri_main[$v]}"
       run "$v" direct "${uri_direct[$v]}"
+      if [ "$v" = B ]; then
+        run B relay "${uri_relay[thread]}" "${pid_relay[thread]}"
+        run B relay-epoll "${uri_relay[epoll]}" "${pid_relay[epoll]}"
+      fi
     fi
   done
 done
@@ -102,18 +135,32 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 for v in "AB":
-    for path in ("node", "router", "direct"):
+    for path in ("node", "router", "direct", "relay", "relay-epoll"):
         rs = [r for r in rows if r["build"] == v and r["path"] == path]
         if not rs:
             continue
         user = "shard" if path == "direct" else "main"
         print("median %s %-6s: %7.0f ops/s, p50 %5.0f us, p99/p50 %.1f, CPU us/op %.1f+%.1f = %.1f"
-              % (v, path, med([r["ops_per_sec"] for r in rs]), med([r["p50_us"] for r in rs]),
-                 med([r["p99_us"] / max(r["p50_us"], 1) for r in rs]),
-                 med([r[user + "_user"] for r in rs]), med([r[user + "_sys"] for r in rs]),
-                 med([r[user + "_user"] + r[user + "_sys"] for r in rs])))
+              "%s" % (v, path, med([r["ops_per_sec"] for r in rs]), med([r["p50_us"] for r in rs]),
+                      med([r["p99_us"] / max(r["p50_us"], 1) for r in rs]),
+                      med([r[user + "_user"] for r in rs]), med([r[user + "_sys"] for r in rs]),
+                      med([r[user + "_user"] + r[user + "_sys"] for r in rs]),
+                      "" if path == "direct" else
+                      ", switches/op %.2f" % med([r["main_switches"] for r in rs])))
     rt = [r["ops_per_sec"] for r in rows if r["build"] == v and r["path"] == "router"]
     dt = [r["ops_per_sec"] for r in rows if r["build"] == v and r["path"] == "direct"]
     if rt and dt:
         print("median %s routed/direct throughput: %.2f" % (v, med(rt) / med(dt)))
+    # The issue's router figures as ratios (issue 22): CPU per find of the front process
+    # over the shard's per direct find, and throughput over direct, for the router and the
+    # do-nothing relays (the floor) in the same run.
+    dc = med([r["shard_user"] + r["shard_sys"] for r in rows
+              if r["build"] == v and r["path"] == "direct"])
+    for path in ("router", "relay", "relay-epoll"):
+        rs = [r for r in rows if r["build"] == v and r["path"] == path]
+        if rs and dt:
+            print("ratio %s %-11s: CPU per find / shard's direct %.2f (target <= 1.0); "
+                  "throughput / direct %.2f (target >= 0.75)"
+                  % (v, path, med([r["main_user"] + r["main_sys"] for r in rs]) / dc,
+                     med([r["ops_per_sec"] for r in rs]) / med(dt)))
 PY

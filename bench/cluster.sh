@@ -10,8 +10,12 @@
 #  - a scatter find (range over a non-key indexed field, so every shard answers) on 2 shards
 #    vs 1 shard;
 #  - inserts through the router (bench.insert sharded by {_id: "hashed"}) with 1 and 2 shards.
+#  - the same point finds through wire_relay --epoll (the shared executor's model, issue 22),
+#    and the issue's router ratios: router CPU per routed find / shard CPU per direct find
+#    (target <= 1.0) and routed / direct throughput (target >= 0.75), the relays' beside them.
 # Env: BENCH_SECONDS (default 5), BENCH_KEYS (default 100000), BENCH_CONNS ("1 8"),
-# BENCH_ROUNDS (default 3: interleaved router/relay/direct point-find runs, medians compared).
+# BENCH_ROUNDS (default 3: interleaved router/relay/direct point-find runs, medians compared),
+# BENCH_CLUSTER_ARGS (extra `shale up` flags, e.g. "--setParameter serviceExecutor=shared").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build-release}
@@ -34,7 +38,9 @@ BENCH_NAME=cluster-bench
 
 # up NAME SHARDS: start a cluster in $work/NAME; sets port_NAME.
 up() {
-  start_cluster "$SHALE" "$work/$1" "$2"
+  local extra
+  read -r -a extra <<<"${BENCH_CLUSTER_ARGS:-}"
+  start_cluster "$SHALE" "$work/$1" "$2" ${extra[@]+"${extra[@]}"}
   eval "port_$1=$port"
 }
 
@@ -53,6 +59,13 @@ relay_pid=$!
 bench_pids="$bench_pids $relay_pid"
 wait_port "$relay_port" "$relay_pid"
 rl="mongodb://127.0.0.1:$relay_port/"
+# The same with one epoll set and a worker per core (the shared executor's model).
+erelay_port=$(free_port)
+"$WIRE_RELAY" "$erelay_port" "$((port_one + 2))" /tmp --epoll >/dev/null &
+erelay_pid=$!
+bench_pids="$bench_pids $erelay_pid"
+wait_port "$erelay_port" "$erelay_pid"
+rle="mongodb://127.0.0.1:$erelay_port/"
 echo "== $(nproc) cores; 1-shard cluster router $port_one (shard $((port_one + 2))), 2-shard" \
   "cluster router $port_two; ${SECS}s per run, $KEYS keys"
 
@@ -71,15 +84,16 @@ run() { # LABEL URI ARGS...: one loadgen run, its JSON line tagged with LABEL
   shift 2
   # The CPU the one-shard cluster's router and shard spend per operation (kernel and user
   # time from /proc, so the router's share can be told from the VM's wake-up costs).
-  before=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid")
+  before=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid" "$erelay_pid")
   "$LOADGEN" --uri "$uri" --seconds "$SECS" "$@" | sed -n '1p' >"$work/run.json"
-  after=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid")
+  after=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid" "$erelay_pid")
   /usr/bin/python3 -c '
 import json, os, sys
 r = json.load(open(sys.argv[2])); r["label"] = sys.argv[1]
 before, after = sys.argv[3].split(), sys.argv[4].split()
 tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
-names = ["router_user", "router_sys", "shard_user", "shard_sys", "relay_user", "relay_sys"]
+names = ["router_user", "router_sys", "shard_user", "shard_sys", "relay_user", "relay_sys",
+         "erelay_user", "erelay_sys"]
 for i, n in enumerate(names):
     r[n + "_us_per_op"] = round((int(after[i]) - int(before[i])) * tick_us / max(r["ops"], 1), 2)
 print(json.dumps(r))
@@ -105,6 +119,7 @@ for c in $CONNS; do
   for _ in $(seq "$ROUNDS"); do
     run "findid router" "$r1" --threads "$c" --op findid --keys "$KEYS"
     run "findid relay" "$rl" --threads "$c" --op findid --keys "$KEYS"
+    run "findid relay-epoll" "$rle" --threads "$c" --op findid --keys "$KEYS"
     run "findid direct" "$s1" --threads "$c" --op findid --keys "$KEYS"
   done
   run "scatter range 1 shard" "$r1" --threads "$c" --op range --keys "$KEYS" --span 100
@@ -132,7 +147,8 @@ for r in rows:
 # Medians of the repeated runs (point finds), the single run otherwise.
 fields = ("p50_us", "p99_us", "ops_per_sec", "router_user_us_per_op", "router_sys_us_per_op",
           "shard_user_us_per_op", "shard_sys_us_per_op", "relay_user_us_per_op",
-          "relay_sys_us_per_op", "client_cpu_us_per_op")
+          "relay_sys_us_per_op", "erelay_user_us_per_op", "erelay_sys_us_per_op",
+          "client_cpu_us_per_op")
 by = {k: {f: statistics.median(x.get(f, 0) for x in rs) for f in fields} for k, rs in by.items()}
 for r in rows:
     print(json.dumps(r))
@@ -160,6 +176,16 @@ for c in sorted({r["threads"] for r in rows}):
                   rt["shard_user_us_per_op"], rt["shard_sys_us_per_op"],
                   d["shard_user_us_per_op"], d["shard_sys_us_per_op"],
                   rt["client_cpu_us_per_op"], d["client_cpu_us_per_op"]))
+        # The issue's router figures as ratios (issue 22), the relays' (the floor) beside.
+        dcpu = d["shard_user_us_per_op"] + d["shard_sys_us_per_op"]
+        for label, who in (("router", "router"), ("relay", "relay"),
+                           ("relay-epoll", "erelay")):
+            x = by.get(("findid " + label, c))
+            if x and dcpu > 0:
+                print("c=%d ratio %-11s: CPU per find / shard's per direct find %.2f (target <= "
+                      "1.0); throughput / direct %.2f (target >= 0.75)" % (
+                          c, label, (x[who + "_user_us_per_op"] + x[who + "_sys_us_per_op"]) /
+                          dcpu, x["ops_per_sec"] / d["ops_per_sec"]))
         if c == 1:
             print("c=1 floor: one extra hop doing no work adds %.1f us at p50 here (a bare TCP "
                   "round trip is %.1f us) = %.0f%% of the direct find on its own; the router "

@@ -6,21 +6,30 @@
  * back. No parsing, no routing, no versions: what remains is what one more process hop costs
  * here, with the real driver and the real shard on either side.
  *
- * Each connection has its thread; it blocks in recv on the client and in poll on the shard,
- * as the router's threads do.
+ * Threads (the default): each connection has its thread; it blocks in recv on the client and
+ * in poll on the shard, as the router's dedicated threads do.
  *
- * Usage: wire_relay LISTEN_PORT SHARD_PORT [SOCKET_DIR]   (SOCKET_DIR default /tmp)
+ * --epoll (issue 22): the shared executor's model with parked requests: one epoll set, one
+ * worker per core; a client socket and its shard socket wait in the set (EPOLLONESHOT) and
+ * whichever worker takes an event reads what came, forwards every whole message and arms
+ * the other side. No thread sleeps per request; the floor under the router on the shared
+ * executor (bench/cluster.sh prints it beside the router's figure).
+ *
+ * Usage: wire_relay LISTEN_PORT SHARD_PORT [SOCKET_DIR] [--epoll]   (SOCKET_DIR default /tmp)
  * Prints "ready" once listening; runs until killed.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -114,6 +123,125 @@ serve(void *arg)
     return NULL;
 }
 
+/* --epoll: a client connection and its shard connection, served by whichever worker. */
+typedef struct pair {
+    int fd[2]; /* 0: the client, 1: the shard */
+    uint8_t *buf;
+    size_t cap, have; /* buf[0, have): the message in flight towards the other side */
+} pair_t;
+
+static int g_epfd;
+
+/* Arm side 'side' of 'p' for its next input; the event's data names the pair and side. */
+static int
+arm(pair_t *p, int side, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT,
+                             .data.u64 = (uint64_t)(uintptr_t)p | (uint64_t)side};
+    return epoll_ctl(g_epfd, op, p->fd[side], &ev);
+}
+
+static void
+pair_end(pair_t *p)
+{
+    close(p->fd[0]); /* closing removes both from the epoll set */
+    close(p->fd[1]);
+    free(p->buf);
+    free(p);
+}
+
+/* Side 'side' of 'p' is readable: read what it has; once a whole message is held, send it to
+ * the other side and wait there; else wait for the rest here. -1 when the pair must end. */
+static int
+pair_step(pair_t *p, int side)
+{
+    ssize_t r;
+    uint32_t len = 0;
+
+    if (p->have == p->cap) {
+        uint8_t *b = realloc(p->buf, p->cap * 2);
+        if (b == NULL) {
+            return -1;
+        }
+        p->buf = b;
+        p->cap *= 2;
+    }
+    do {
+        r = recv(p->fd[side], p->buf + p->have, p->cap - p->have, MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0 || (r < 0 && errno != EAGAIN)) {
+        return -1;
+    }
+    p->have += r > 0 ? (size_t)r : 0;
+    if (p->have >= 16) {
+        memcpy(&len, p->buf, 4);
+        if (len < 16 || len > MAX_MESSAGE) {
+            return -1;
+        }
+        if (len > p->cap) {
+            uint8_t *b = realloc(p->buf, len);
+            if (b == NULL) {
+                return -1;
+            }
+            p->buf = b;
+            p->cap = len;
+        }
+    }
+    if (len == 0 || p->have < len) {
+        return arm(p, side, EPOLL_CTL_MOD);
+    }
+    if (p->have > len || write_all(p->fd[1 - side], p->buf, len) != 0) {
+        return -1; /* a pipelining peer: not what the drivers and the shard do */
+    }
+    p->have = 0;
+    return arm(p, 1 - side, EPOLL_CTL_MOD);
+}
+
+static void *
+epoll_worker(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct epoll_event ev;
+        if (epoll_wait(g_epfd, &ev, 1, -1) == 1) {
+            pair_t *p = (pair_t *)(uintptr_t)(ev.data.u64 & ~(uint64_t)1);
+            if (pair_step(p, (int)(ev.data.u64 & 1)) != 0) {
+                pair_end(p);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* --epoll: a new client gets its shard connection, both in the set (the shard's disarmed). */
+static void
+epoll_accept(int client)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    pair_t *p = calloc(1, sizeof(*p));
+    int shard = socket(AF_UNIX, SOCK_STREAM, 0);
+
+    memcpy(sa.sun_path, g_shard_path, sizeof(sa.sun_path));
+    if (p == NULL || shard < 0 || connect(shard, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        (p->buf = malloc(1 << 16)) == NULL) {
+        close(client);
+        if (shard >= 0) {
+            close(shard);
+        }
+        free(p);
+        return;
+    }
+    p->fd[0] = client;
+    p->fd[1] = shard;
+    p->cap = 1 << 16;
+    {
+        struct epoll_event off = {.events = EPOLLONESHOT, .data.u64 = (uint64_t)(uintptr_t)p | 1};
+        if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, shard, &off) != 0 || arm(p, 0, EPOLL_CTL_ADD) != 0) {
+            pair_end(p);
+        }
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -124,8 +252,22 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: wire_relay LISTEN_PORT SHARD_PORT [SOCKET_DIR]\n");
         return 2;
     }
+    bool use_epoll = strcmp(argv[argc - 1], "--epoll") == 0;
+    if (use_epoll) {
+        argc--;
+    }
     snprintf(g_shard_path, sizeof(g_shard_path), "%s/mongodb-%s.sock", argc > 3 ? argv[3] : "/tmp",
              argv[2]);
+    if (use_epoll) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        g_epfd = epoll_create1(EPOLL_CLOEXEC);
+        for (long i = 0; g_epfd >= 0 && i < (cores < 1 ? 1 : cores); i++) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, epoll_worker, NULL) == 0) {
+                pthread_detach(t);
+            }
+        }
+    }
     sa.sin_port = htons((uint16_t)atoi(argv[1]));
     lfd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -142,7 +284,9 @@ main(int argc, char **argv)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (pthread_create(&t, NULL, serve, (void *)(intptr_t)fd) == 0) {
+        if (use_epoll) {
+            epoll_accept(fd);
+        } else if (pthread_create(&t, NULL, serve, (void *)(intptr_t)fd) == 0) {
             pthread_detach(t);
         } else {
             close(fd);

@@ -25,6 +25,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/client_private.h"
+#include "net/fiber.h"
 #include "net/message.h"
 #include "net/rs_monitor.h"
 
@@ -811,8 +812,9 @@ op_check_header(engine_t *eng, op_t *op)
     return true;
 }
 
-/* Make as much progress as the socket allows without blocking. */
-static void
+/* Make as much progress as the socket allows without blocking. Never inlined into
+ * engine_run, whose frame spans a fiber's park (engine_poll says why). */
+static __attribute__((noinline)) void
 op_step(engine_t *eng, op_t *op)
 {
     op->wait_events = 0;
@@ -965,6 +967,43 @@ op_interrupt(engine_t *eng, op_t *op, const shl_status_t *why)
 }
 
 /*
+ * Whether the one op waiting for its reply parks its fiber instead of polling (fiber.h: a
+ * router's single-shard call on the shared executor): plain connections only, and only
+ * with a bound on the wait so that the caller's checks still run. Parks and returns true
+ * when it did.
+ */
+static bool
+engine_park(const op_t *ops, size_t n, const size_t *which, size_t k, int timeout_ms)
+{
+    const op_t *op = &ops[which[0]];
+
+    if (n != 1 || k != 1 || op->phase != PH_RECEIVING || op->conn->tls != NULL ||
+        op->wait_events != 0 || timeout_ms == 0 || !shl_fiber_may_park()) {
+        return false;
+    }
+    return shl_fiber_wait_readable(op->conn->fd, timeout_ms) > 0;
+}
+
+/*
+ * poll(2) the k sockets and the interrupt pipe; *r is poll's result. False (each op failed)
+ * when poll failed. Not inlined: errno is read in a frame of its own, never in one that
+ * spans a fiber's park (the thread may differ after it, and errno's address with it).
+ */
+static __attribute__((noinline)) bool
+engine_poll(engine_t *eng, op_t *ops, struct pollfd *pfds, const size_t *which, size_t k,
+            int timeout_ms, int *r)
+{
+    *r = poll(pfds, (nfds_t)k + 1, timeout_ms);
+    if (*r < 0 && errno != EINTR) {
+        for (size_t j = 0; j < k; j++) {
+            op_errno_fail(eng, &ops[which[j]], "polling the connection to", errno);
+        }
+        return false;
+    }
+    return true;
+}
+
+/*
  * Drive ops[0..n): start them all (connect or send), then poll every socket that is
  * still busy until each op is done or past its deadline.
  */
@@ -1052,11 +1091,11 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
         pfds[k].fd = interrupt_pipe[0]; /* -1 (ignored by poll) if there is no pipe */
         pfds[k].events = POLLIN;
         pfds[k].revents = 0;
-        r = poll(pfds, (nfds_t)k + 1, timeout_ms);
-        if (r < 0 && errno != EINTR) {
-            for (size_t j = 0; j < k; j++) {
-                op_errno_fail(eng, &ops[which[j]], "polling the connection to", errno);
-            }
+        if (engine_park(ops, n, which, k, timeout_ms)) {
+            /* The request parked until its reply (or its next check) came (fiber.h). */
+            r = 1;
+            pfds[0].revents = POLLIN;
+        } else if (!engine_poll(eng, ops, pfds, which, k, timeout_ms, &r)) {
             continue;
         }
         for (size_t j = 0; r > 0 && j < k; j++) {

@@ -20,6 +20,7 @@
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/common_commands.h"
+#include "net/fiber.h"
 #include "net/server.h"
 #include "net/topology.h"
 
@@ -428,6 +429,18 @@ cmd_server_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         BSON_APPEND_INT64(&sub, "numSlowDNSOperations", 0);
         BSON_APPEND_INT64(&sub, "numSlowSSLOperations", 0);
         BSON_APPEND_INT64(&sub, "numRequests", atomic_load(&c->num_requests));
+        if (shl_fiber_active()) {
+            /* Requests parked on the shared executor while they waited for a shard. */
+            bson_t ex, sh;
+            int64_t parks, fibers;
+            shl_fiber_stats(&parks, &fibers);
+            BSON_APPEND_DOCUMENT_BEGIN(&sub, "serviceExecutors", &ex);
+            BSON_APPEND_DOCUMENT_BEGIN(&ex, "shared", &sh);
+            BSON_APPEND_INT64(&sh, "parkedRequests", parks);
+            BSON_APPEND_INT64(&sh, "fibers", fibers);
+            bson_append_document_end(&ex, &sh);
+            bson_append_document_end(&sub, &ex);
+        }
         bson_append_document_end(reply, &sub);
     }
     if (section_wanted(cmd, "opcounters")) {

@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/options.h"
 #include "net/client.h"
+#include "net/fiber.h"
 #include "net/op_context.h"
 #include "net/service.h"
 #include "net/topology.h"
@@ -493,6 +494,32 @@ shared_serve(shl_conn_t *conn)
     }
 }
 
+/*
+ * The fiber driver (fiber.h): a parked request's shard socket waits in the executor's set,
+ * once (EPOLLONESHOT), tagged with its fiber; the first wait adds the socket, later ones
+ * (the pooled connection's next requests) re-arm it. A kick also asks for EPOLLOUT, which a
+ * connected socket with room to send reports at once.
+ */
+static bool
+fiber_arm(int fd, uint64_t tag, bool kick)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (kick ? EPOLLOUT : 0),
+                             .data.u64 = tag};
+    bool ok = epoll_ctl(the_exec->epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
+    if (!ok && errno == ENOENT) {
+        ok = epoll_ctl(the_exec->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+    }
+    return ok;
+}
+
+static const shl_fiber_driver_t fiber_driver = {fiber_arm};
+
+static void
+shared_serve_fiber(void *conn)
+{
+    shared_serve(conn);
+}
+
 static void *
 shared_worker(void *arg)
 {
@@ -514,10 +541,17 @@ shared_worker(void *arg)
             pthread_mutex_unlock(&ex->lock);
         } else if (n > 0) {
             atomic_store(&ex->busy_since[slot], shl_clock_mono_us());
-            shared_serve(ev.data.ptr);
+            if (shl_fiber_is_tag(ev.data.u64)) {
+                shl_fiber_event(ev.data.u64); /* a parked request's reply came */
+            } else if (shl_fiber_active()) {
+                shl_fiber_run(shared_serve_fiber, ev.data.ptr);
+            } else {
+                shared_serve(ev.data.ptr);
+            }
             atomic_store(&ex->busy_since[slot], 0);
         }
     }
+    shl_fiber_thread_exit();
     return NULL;
 }
 
@@ -563,14 +597,21 @@ shared_monitor(void *arg)
     shared_exec_t *ex = arg;
 
     int busy = 0;
+    int64_t wake_at;
+    int next_wake_ms = SHARED_MONITOR_IDLE_MS; /* until the next parked request's timeout */
 
     shl_log_set_thread_ctx("executor");
     for (;;) {
         int64_t now;
         int running = 0, blocked = 0, n;
 
-        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
+        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : next_wake_ms);
         now = shl_clock_mono_us();
+        /* Parked requests (fiber.h) are woken by their timeouts: sleep until the next one. */
+        wake_at = shl_fiber_expire(now);
+        next_wake_ms = wake_at == 0 || wake_at - now >= SHARED_MONITOR_IDLE_MS * 1000
+                           ? SHARED_MONITOR_IDLE_MS
+                           : (int)((wake_at - now) / 1000) + 1;
         n = atomic_load(&ex->nslots);
         busy = 0;
         for (int i = 0; i < n; i++) {
@@ -608,6 +649,7 @@ shared_start(shl_status_t *st)
         atomic_init(&ex->busy_since[i], -1);
     }
     the_exec = ex;
+    shl_fiber_set_driver(&fiber_driver);
     for (int i = 0; i < ex->base; i++) {
         if (!shared_spawn(ex)) {
             SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the service executor's workers");

@@ -11,6 +11,7 @@
 #include "base/str.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
+#include "net/fiber.h"
 #include "net/rs_monitor.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
@@ -726,6 +727,27 @@ retarget_failed(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
 }
 
 /*
+ * Whether a call of 'n' requests for 'op' may park its request while it waits (fiber.h; the
+ * shared executor serves other connections meanwhile): a client's find, insert, update or
+ * delete sent to one shard outside a transaction, the hot path of issue 22, on which no lock
+ * is held across the call. Everything else keeps its worker while it waits.
+ */
+static bool
+may_park(const shl_op_ctx_t *op, size_t n)
+{
+    static const char *const hot[] = {"find", "insert", "update", "delete", NULL};
+    bool hot_cmd = false;
+
+    if (n != 1 || op->txn != NULL || op->conn == NULL || op->cmd_name == NULL) {
+        return false;
+    }
+    for (size_t i = 0; hot[i] != NULL && !hot_cmd; i++) {
+        hot_cmd = strcmp(op->cmd_name, hot[i]) == 0;
+    }
+    return hot_cmd;
+}
+
+/*
  * Send reqs[which[k]] for k < n (which == NULL: reqs[k]) and collect their replies into
  * results[k] (and hosts[k] when 'hosts' is not NULL).
  */
@@ -796,7 +818,10 @@ send_some_raw(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_route
         }
     } else if (nf == n) {
         /* Every shard resolved (the usual case): the replies land in place. */
-        if (shl_client_fanout_interruptible(r->pool, freqs, nf, timeout, &intr, results) > 0) {
+        bool parked = shl_fiber_park_allow(may_park(op, nf));
+        size_t cut = shl_client_fanout_interruptible(r->pool, freqs, nf, timeout, &intr, results);
+        shl_fiber_park_allow(parked);
+        if (cut > 0) {
             kill_remote_ops(r, op, freqs, results, nf);
         }
     } else if (nf > 0) {

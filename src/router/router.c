@@ -15,6 +15,7 @@
 #include "bson/bson_util.h"
 #include "net/common_commands.h"
 #include "net/cluster_time.h"
+#include "net/fiber.h"
 #include "net/reply_times.h"
 #include "net/server.h"
 #include "router/cluster_cursor_manager.h"
@@ -35,6 +36,13 @@
  * thread-local; rewrite_request clears it when an operation starts, decorate_reply takes it.
  */
 static __thread uint64_t op_time_seen;
+
+/* The tracker belongs to the operation: it follows a parked request (net/fiber.h). */
+static void *
+op_time_seen_addr(void)
+{
+    return &op_time_seen;
+}
 
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
  * TopologyTime means the set of shards changed, so the shard registry reloads. */
@@ -282,6 +290,9 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     r = bson_malloc0(sizeof(*r));
     shl_vector_clock_init(&r->clock);
     snprintf(r->configdb, sizeof(r->configdb), "%s", configdb);
+    /* On the shared executor a routed call parks its request instead of its worker. */
+    shl_fiber_local_register(op_time_seen_addr, sizeof(op_time_seen));
+    shl_fiber_want();
     popts.hooks.observe = observe_reply;
     popts.hooks.decorate = decorate_request;
     popts.hooks.arg = r;

@@ -298,6 +298,9 @@ class ShaleCluster:
         self.shard_extra = list(shard_extra)  # more arguments for every shard
         self.config_extra = list(config_extra)  # more arguments for the config server
         self.router_extra = list(router_extra)  # more arguments for every router
+        # SHALE_ROUTER_ARGS: more for every router of every test, e.g. "--setParameter
+        # serviceExecutor=shared" to run a test file against routers on the shared executor.
+        self.router_extra += os.environ.get("SHALE_ROUTER_ARGS", "").split()
         self.base = base or tempfile.mkdtemp(prefix="shale-cluster-")
         # key_file: every process runs with --keyFile (access control on, members
         # authenticate to each other); the first router creates 'admin' (root) through the
