@@ -205,6 +205,33 @@ shl_remote_run(const shl_remote_t *r, const shl_remote_target_t *target, const c
     return ret;
 }
 
+int
+shl_remote_run_self(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                    const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_self();
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
+int
+shl_remote_run_config(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                      const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_config();
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
+int
+shl_remote_run_shard(const shl_remote_t *r, const char *shard_id, const char *db, const bson_t *cmd,
+                     const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_shard(shard_id);
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
 void
 shl_remote_results_cleanup(shl_remote_result_t *results, size_t n)
 {
