@@ -314,6 +314,20 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
     }
     if (m == 0) {
         run_selves(&batch);
+    } else if (m == 1 && batch.n == 0) {
+        /* One request alone: the client's single call, which also follows a replica set's
+         * failover (a member refusing or gone: the next primary, net/client.h). */
+        shl_remote_result_t *res = &results[index[0]];
+        shl_status_t st = SHL_STATUS_INIT;
+        int code;
+
+        bson_destroy(&res->reply);
+        code = shl_client_run(real->pool, fr[0].host, fr[0].db, fr[0].cmd, timeout_ms,
+                              &res->reply, &st);
+        if (res->reply.len <= 5 && code != 0) {
+            res->code = code;
+            res->status = st;
+        }
     } else {
         shl_fanout_result_t *fres = bson_malloc0(sizeof *fres * m);
 
