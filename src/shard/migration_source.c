@@ -1719,7 +1719,7 @@ static const shl_coord_phase_t migration_phases[] = {
 
 /* 'arg' is the shard state, set before the first coordinator starts (one shard per
  * process). */
-static shl_coord_type_t migration_mig_coord_type = {
+static shl_coord_type_t migration_coord_type = {
     .name = "MigrationCoordinator",
     .coll = COORD_COLL,
     .phases = migration_phases,
@@ -1934,8 +1934,8 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             ret = shl_status_set(st, SHL_CODE_SHUTDOWN_IN_PROGRESS, "the shard is shutting down");
         }
         if (ret == 0) {
-            migration_mig_coord_type.arg = s;
-            ret = shl_coord_start(s->coords, &migration_mig_coord_type, &doc, st);
+            migration_coord_type.arg = s;
+            ret = shl_coord_start(s->coords, &migration_coord_type, &doc, st);
         }
         bson_destroy(&doc);
         if (ret != 0) {
@@ -1970,9 +1970,9 @@ shard_migration_recover_async(shard_state_t *s)
     if (s->coords == NULL) {
         return;
     }
-    migration_mig_coord_type.arg = s;
+    migration_coord_type.arg = s;
     /* The documents already being finished are left to their coordinators. */
-    if (shl_coord_service_recover(s->coords, &migration_mig_coord_type, &st) != 0) {
+    if (shl_coord_service_recover(s->coords, &migration_coord_type, &st) != 0) {
         SHL_LOG_WARNING(SHARDING, 4200206, "could not read the migration coordinators' documents",
                         "error", BCON_UTF8(st.reason));
     }
