@@ -106,27 +106,6 @@ cfg_user_ddl_drain_end(void)
 
 /* ---------------------------------------------------------------- local commands */
 
-int
-cfg_local_cmd(const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it;
-
-    shl_service_run_command(g_cfg.svc, NULL, cmd, db, reply);
-    SHL_ERR(shl_status_from_reply(reply, st));
-    SHL_ERR(shl_status_from_write_errors(reply, st));
-    if (bson_iter_init_find(&it, reply, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        bson_iter_t f;
-        int code = SHL_CODE_WRITE_CONCERN_TIMEOUT;
-        if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "code")) {
-            code = (int)bson_iter_as_int64(&f);
-        }
-        SHL_FAIL(st, code, "write concern error writing the config database");
-    }
-done:
-    return ret;
-}
-
 void
 cfg_docs_cleanup(cfg_docs_t *d)
 {
@@ -191,14 +170,14 @@ cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, cfg_docs_t 
     }
     BSON_APPEND_INT32(&cmd, "batchSize", 100000);
     bson_destroy(&reply);
-    SHL_ERR(cfg_local_cmd("config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&g_cfg.remote, "config", &cmd, NULL, &reply, st));
     append_batch(&reply, "firstBatch", out, &cursor_id);
     while (cursor_id != 0) {
         bson_reinit(&cmd);
         BSON_APPEND_INT64(&cmd, "getMore", cursor_id);
         BSON_APPEND_UTF8(&cmd, "collection", coll);
         bson_destroy(&reply);
-        SHL_ERR(cfg_local_cmd("config", &cmd, &reply, st));
+        SHL_ERR(shl_remote_run_self(&g_cfg.remote, "config", &cmd, NULL, &reply, st));
         append_batch(&reply, "nextBatch", out, &cursor_id);
     }
 done:
@@ -248,7 +227,7 @@ flush_inserts(const char *coll, shl_stmt_batch_t *b, shl_status_t *st)
     BSON_APPEND_UTF8(&cmd, "insert", coll);
     shl_stmt_batch_append_to(b, &cmd, "documents");
     append_majority(&cmd);
-    ret = cfg_local_cmd("config", &cmd, &reply, st);
+    ret = shl_remote_run_self(&g_cfg.remote, "config", &cmd, NULL, &reply, st);
     shl_stmt_batch_clear(b);
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -294,7 +273,7 @@ cfg_update(const char *coll, const bson_t *q, const bson_t *u, bool upsert, bool
     bson_append_document_end(&arr, &stmt);
     bson_append_array_end(&cmd, &arr);
     append_majority(&cmd);
-    SHL_ERR(cfg_local_cmd("config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&g_cfg.remote, "config", &cmd, NULL, &reply, st));
     if (matched != NULL) {
         *matched = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
     }
@@ -319,7 +298,7 @@ cfg_delete(const char *coll, const bson_t *q, bool multi, int64_t *deleted, shl_
     bson_append_document_end(&arr, &stmt);
     bson_append_array_end(&cmd, &arr);
     append_majority(&cmd);
-    SHL_ERR(cfg_local_cmd("config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&g_cfg.remote, "config", &cmd, NULL, &reply, st));
     if (deleted != NULL) {
         *deleted = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
     }
@@ -478,32 +457,79 @@ done:
 
 /* ---------------------------------------------------------------- shards */
 
-int
-cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    shl_shard_type_t s;
-    char host[SHL_CLIENT_HOST_MAX];
+const shl_remote_options_t cfg_remote_opts = {.timeout_ms = CFG_REMOTE_TIMEOUT_MS};
 
-    bson_init(reply);
-    SHL_ERR(cfg_get_shard(shard, &s, st));
-    cfg_target_of(s.host, host, sizeof(host));
-    shl_shard_type_cleanup(&s);
-    bson_destroy(reply);
-    ret = shl_client_run(g_cfg.pool, host, db, cmd, CFG_REMOTE_TIMEOUT_MS, reply, st);
-    {
-        /* The shard's time: metadata written after this (a new chunk's validAfter) is later
-         * than every write the shard had made, so snapshot reads before it never target
-         * chunks that did not exist yet (docs/design/snapshot_reads.md). */
-        bson_iter_t it, sub;
-        if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-            bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "clusterTime") &&
-            BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
-            shl_storage_clock_advance(g_cfg.svc->storage, shl_bson_iter_timestamp_u64(&sub));
+/* The shard's time: metadata written after this (a new chunk's validAfter) is later than
+ * every write the shard had made, so snapshot reads before it never target chunks that did
+ * not exist yet (docs/design/snapshot_reads.md). */
+static void
+advance_to_shard_time(cfg_state_t *cfg, const bson_t *reply)
+{
+    bson_iter_t it, sub;
+
+    if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "clusterTime") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+        shl_storage_clock_advance(cfg->svc->storage, shl_bson_iter_timestamp_u64(&sub));
+    }
+}
+
+/* The transport (remote.h): shard ids become their hosts (config.shards), "config" is
+ * self, then the real transport sends. */
+static void
+cfg_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
+         shl_remote_result_t *results)
+{
+    cfg_state_t *cfg = arg;
+    shl_remote_real_t real = {.svc = cfg->svc, .pool = cfg->pool};
+    shl_remote_t r;
+    shl_remote_request_t *to = bson_malloc0(sizeof *to * (n ? n : 1));
+    shl_remote_result_t *res = bson_malloc0(sizeof *res * (n ? n : 1));
+    size_t *index = bson_malloc0(sizeof *index * (n ? n : 1));
+    size_t m = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        to[m] = reqs[i];
+        if (reqs[i].target.kind == SHL_REMOTE_CONFIG) {
+            to[m].target = shl_remote_target_self();
+        } else if (reqs[i].target.kind == SHL_REMOTE_SHARD) {
+            shl_shard_type_t sh;
+            char host[SHL_CLIENT_HOST_MAX];
+            if ((results[i].code = cfg_get_shard(reqs[i].target.name, &sh,
+                                                 &results[i].status)) != 0) {
+                continue;
+            }
+            cfg_target_of(sh.host, host, sizeof(host));
+            shl_shard_type_cleanup(&sh);
+            to[m].target = shl_remote_target_host(host);
+        }
+        shl_status_clear(&res[m].status);
+        bson_init(&res[m].reply);
+        index[m++] = i;
+    }
+    shl_remote_init_real(&r, &real);
+    r.send(r.arg, to, m, timeout_ms, res);
+    for (size_t k = 0; k < m; k++) {
+        shl_remote_result_t *out = &results[index[k]];
+
+        out->code = res[k].code;
+        out->status = res[k].status;
+        bson_destroy(&out->reply);
+        bson_steal(&out->reply, &res[k].reply);
+        if (reqs[index[k]].target.kind == SHL_REMOTE_SHARD) {
+            advance_to_shard_time(cfg, &out->reply);
         }
     }
-done:
-    return ret;
+    bson_free(index);
+    bson_free(res);
+    bson_free(to);
+}
+
+void
+cfg_remote_init(cfg_state_t *cfg)
+{
+    cfg->remote.send = cfg_send;
+    cfg->remote.arg = cfg;
 }
 
 /* Send {<cmd_name>: target} to each shard; failures are logged only. */
@@ -515,7 +541,7 @@ notify_shards(const char *cmd_name, const char *ns, const char *const *shards, s
     for (size_t i = 0; i < n; i++) {
         shl_status_t st = SHL_STATUS_INIT;
         bson_t reply;
-        if (cfg_shard_cmd(shards[i], "admin", cmd, &reply, &st) != 0) {
+        if (shl_remote_run_shard(&g_cfg.remote, shards[i], "admin", cmd, &cfg_remote_opts, &reply, &st) != 0) {
             SHL_LOG_WARNING(SHARDING, 4200101, "could not tell a shard to refresh its metadata",
                             "command", BCON_UTF8(cmd_name), "ns", BCON_UTF8(ns), "shard",
                             BCON_UTF8(shards[i]), "error", BCON_UTF8(st.reason));
@@ -721,7 +747,7 @@ cfg_batch_commit(cfg_batch_t *b, shl_status_t *st)
 
     BSON_APPEND_ARRAY(&cmd, "applyOps", &b->ops);
     append_majority(&cmd);
-    ret = cfg_local_cmd("admin", &cmd, &reply, st);
+    ret = shl_remote_run_self(&g_cfg.remote, "admin", &cmd, NULL, &reply, st);
     bson_destroy(&cmd);
     bson_destroy(&reply);
     return ret;

@@ -21,6 +21,7 @@
 #include "net/command.h"
 #include "net/op_context.h"
 #include "sharding/catalog_types.h"
+#include "sharding/remote.h"
 #include "sharding/routing_table.h"
 
 /* Timeout of one command sent to a shard. */
@@ -46,7 +47,18 @@ typedef struct cfg_state {
     bool keys_stop, keys_started;
     bool keys_kicked; /* look again now (a step-up); guarded by keys_mu */
     pthread_t keys_thread;
+    /* The outgoing-command transport (remote.h; catalog_client.c's cfg_send): set at init,
+     * constant after. */
+    shl_remote_t remote;
 } cfg_state_t;
+
+/* The options of a command to a shard: one attempt of at most CFG_REMOTE_TIMEOUT_MS. */
+extern const shl_remote_options_t cfg_remote_opts;
+
+/* cfg_remote_init -- make cfg->remote the config server's transport: self in-process, a
+ * shard by id resolved through config.shards (a shard's reply advances this node's clock to
+ * the shard's time), a host as given, "config" is self. */
+void cfg_remote_init(cfg_state_t *cfg);
 
 /* cfg_get -- the process's config server state. */
 cfg_state_t *cfg_get(void);
@@ -65,12 +77,7 @@ void cfg_user_ddl_drain_end(void);
 
 /* ---- catalog client: config.* through the node's own commands ---- */
 
-/*
- * cfg_local_cmd --
- *     Run 'cmd' on local database 'db' in-process; *reply (always initialised) is the whole
- *     reply. An error reply, the first writeError and a writeConcernError become the status.
- */
-int cfg_local_cmd(const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+/* In-process commands go through cfg_get()->remote's self target (remote.h). */
 
 /* A list of owned documents. */
 typedef struct cfg_docs {
@@ -146,13 +153,7 @@ int cfg_load_routing_table(const char *ns, shl_collection_type_t *coll, shl_rout
 
 /* ---- shards ---- */
 
-/*
- * cfg_shard_cmd --
- *     Run 'cmd' on database 'db' of shard 'shard' (looked up in config.shards). *reply is
- *     always initialised. Errors: ShardNotFound, network errors, the reply's error.
- */
-int cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply,
-                  shl_status_t *st);
+/* Commands to a shard: shl_remote_run_shard(&cfg_get()->remote, <id>, ..., &cfg_remote_opts). */
 
 /* cfg_flush_shards -- send _flushRoutingTableCacheUpdates: ns to each shard (best effort). */
 void cfg_flush_shards(const char *ns, const char *const *shards, size_t n);

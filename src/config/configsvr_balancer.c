@@ -210,7 +210,7 @@ ensure_actionlog(void)
                            BCON_INT64(ACTIONLOG_SIZE));
     bson_t reply;
 
-    if (cfg_local_cmd("config", cmd, &reply, &st) != 0 && st.code != SHL_CODE_NAMESPACE_EXISTS) {
+    if (shl_remote_run_self(&cfg_get()->remote, "config", cmd, NULL, &reply, &st) != 0 && st.code != SHL_CODE_NAMESPACE_EXISTS) {
         SHL_LOG_WARNING(SHARDING, 4200501, "could not create config.actionlog", "error",
                         BCON_UTF8(st.reason));
     }
@@ -417,7 +417,7 @@ cfg_owned_data_size(const char *shard, const char *ns)
     if (shl_ns_parse(&n, ns, &ignored) == 0) {
         cmd = BCON_NEW("collStats", BCON_UTF8(n.coll));
         bson_destroy(&reply);
-        if (cfg_shard_cmd(shard, n.db, cmd, &reply, &ignored) == 0) {
+        if (shl_remote_run_shard(&cfg_get()->remote, shard, n.db, cmd, &cfg_remote_opts, &reply, &ignored) == 0) {
             size = shl_bson_int64_at(&reply, "size") -
                    shl_bson_int64_at(&reply, "numOrphanDocs") *
                        shl_bson_int64_at(&reply, "avgObjSize");
@@ -494,7 +494,7 @@ add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt
     bson_iter_t arr, e;
 
     bson_destroy(&reply);
-    if (cfg_shard_cmd(shard, "admin", cmd, &reply, &ignored) == 0 &&
+    if (shl_remote_run_shard(&cfg_get()->remote, shard, "admin", cmd, &cfg_remote_opts, &reply, &ignored) == 0 &&
         bson_iter_init_find(&arr, &reply, "chunks") && BSON_ITER_HOLDS_ARRAY(&arr) &&
         bson_iter_recurse(&arr, &arr)) {
         while (bson_iter_next(&arr)) {
@@ -796,7 +796,7 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
         bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
         bson_t reply;
         shl_status_t down = SHL_STATUS_INIT;
-        if (cfg_shard_cmd(shards[i].name, "admin", ping, &reply, &down) != 0) {
+        if (shl_remote_run_shard(&cfg_get()->remote, shards[i].name, "admin", ping, &cfg_remote_opts, &reply, &down) != 0) {
             busy[i] = true;
             SHL_LOG_WARNING(SHARDING, 4200510, "balancer skips a shard that does not answer",
                             "shard", BCON_UTF8(shards[i].name), "error", BCON_UTF8(down.reason));

@@ -289,7 +289,7 @@ median_of_chunk(const shl_routing_table_t *rt, size_t idx, bson_t *out, shl_stat
     BSON_APPEND_DOCUMENT(&cmd, "min", &cmin);
     BSON_APPEND_DOCUMENT(&cmd, "max", &cmax);
     BSON_APPEND_BOOL(&cmd, "force", true);
-    SHL_ERR(cfg_shard_cmd(shard, "admin", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, shard, "admin", &cmd, &cfg_remote_opts, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "splitKeys") || !bson_iter_recurse(&it, &arr) ||
         !shl_iter_next(&arr) || !BSON_ITER_HOLDS_DOCUMENT(&arr)) {
         char *a = shl_bson_as_json(&cmin);
@@ -823,7 +823,7 @@ check_range_size(const char *ns, const bson_t *cmd, const shl_routing_table_t *r
     BSON_APPEND_DOCUMENT(&q, "min", min);
     BSON_APPEND_DOCUMENT(&q, "max", max);
     bson_destroy(&reply);
-    if (cfg_shard_cmd(from, "admin", &q, &reply, st) != 0) {
+    if (shl_remote_run_shard(&cfg_get()->remote, from, "admin", &q, &cfg_remote_opts, &reply, st) != 0) {
         /* No shard key index to count over (the donor then clones by a collection scan), or
          * the donor is unreachable (the migration itself will say so): no size check. */
         shl_status_clear(st);
@@ -915,7 +915,7 @@ compute_other_bound(const char *ns, const bson_t *cmd, const shl_routing_table_t
     BSON_APPEND_INT32(&req, "limit", 1);
     BSON_APPEND_BOOL(&req, "forward", forward);
     bson_destroy(&reply);
-    SHL_ERR(cfg_shard_cmd(shl_routing_table_chunk_shard(rt, idx), parsed.db, &req, &reply, st));
+    SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, shl_routing_table_chunk_shard(rt, idx), parsed.db, &req, &cfg_remote_opts, &reply, st));
     bson_destroy(lo);
     bson_destroy(hi);
     bson_copy_to(forward ? &given : &cmin, lo);
@@ -1046,14 +1046,9 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     cfg_unlock_ns(ns);
     locked = false;
     {
-        shl_shard_type_t donor;
-        char host[SHL_CLIENT_HOST_MAX];
-        SHL_ERR(cfg_get_shard(from, &donor, st));
-        cfg_target_of(donor.host, host, sizeof(host));
-        shl_shard_type_cleanup(&donor);
+        const shl_remote_options_t opts = {.timeout_ms = CFG_MIGRATION_TIMEOUT_MS};
         bson_destroy(&sreply);
-        SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &fwd, CFG_MIGRATION_TIMEOUT_MS,
-                               &sreply, st));
+        SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, from, "admin", &fwd, &opts, &sreply, st));
     }
     BSON_APPEND_INT64(reply, "millis", (shl_clock_mono_us() - start_us) / 1000);
 done:

@@ -55,7 +55,7 @@ shard_total_size(const char *shard, int64_t *size, shl_status_t *st)
     bson_iter_t it;
 
     *size = 0;
-    SHL_ERR(cfg_shard_cmd(shard, "admin", cmd, &reply, st));
+    SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, shard, "admin", cmd, &cfg_remote_opts, &reply, st));
     if (bson_iter_init_find(&it, &reply, "totalSize")) {
         *size = bson_iter_as_int64(&it);
     }
@@ -113,7 +113,7 @@ cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, s
     if (options != NULL) {
         bson_reinit(options);
     }
-    SHL_ERR(cfg_shard_cmd(shard, ns->db, cmd, &reply, st));
+    SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, cmd, &cfg_remote_opts, &reply, st));
     first_batch(&reply, &d);
     if (d.n > 0) {
         *exists = true;
@@ -151,7 +151,7 @@ shard_count(const char *shard, const shl_ns_t *ns, int64_t *n, shl_status_t *st)
     bson_iter_t it;
 
     *n = 0;
-    SHL_ERR(cfg_shard_cmd(shard, ns->db, cmd, &reply, st));
+    SHL_ERR(shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, cmd, &cfg_remote_opts, &reply, st));
     if (bson_iter_init_find(&it, &reply, "n")) {
         *n = bson_iter_as_int64(&it);
     }
@@ -178,7 +178,7 @@ shard_has_key_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bo
     *unique = false;
     SHL_ERR(shl_shard_key_pattern_init(&p, key, st));
     p_ok = true;
-    if (cfg_shard_cmd(shard, ns->db, cmd, &reply, st) != 0) {
+    if (shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, cmd, &cfg_remote_opts, &reply, st) != 0) {
         if (st->code != SHL_CODE_NAMESPACE_NOT_FOUND) {
             ret = st->code;
         }
@@ -256,7 +256,7 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
 
     if (key_is_id(key)) {
         BSON_APPEND_UTF8(&cmd, "create", ns->coll);
-        ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+        ret = shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, &cmd, &cfg_remote_opts, &reply, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS) {
             shl_status_clear(st);
             ret = 0;
@@ -282,7 +282,7 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
-    ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+    ret = shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, &cmd, &cfg_remote_opts, &reply, st);
 done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -322,7 +322,7 @@ shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t
     }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
-    ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+    ret = shl_remote_run_shard(&cfg_get()->remote, shard, ns->db, &cmd, &cfg_remote_opts, &reply, st);
     bson_destroy(&cmd);
     bson_destroy(&reply);
     return ret;

@@ -164,7 +164,7 @@ create_indexes(shl_status_t *st)
         }
         bson_append_document_end(&arr, &spec);
         bson_append_array_end(&cmd, &arr);
-        ret = cfg_local_cmd("config", &cmd, &reply, st);
+        ret = shl_remote_run_self(&cfg_get()->remote, "config", &cmd, NULL, &reply, st);
         bson_destroy(&cmd);
         bson_destroy(&reply);
         bson_destroy(key);
@@ -185,7 +185,7 @@ ensure_changelog(shl_status_t *st)
                            BCON_INT64(200LL * 1024 * 1024));
     bson_t reply;
 
-    if (cfg_local_cmd("config", cmd, &reply, st) != 0) {
+    if (shl_remote_run_self(&cfg_get()->remote, "config", cmd, NULL, &reply, st) != 0) {
         if (st->code == SHL_CODE_NAMESPACE_EXISTS) {
             shl_status_clear(st);
         } else {
@@ -327,6 +327,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
         po.hooks.arg = cfg;
         cfg->pool = shl_conn_pool_new(&po);
     }
+    cfg_remote_init(cfg);
 
     cfg_register_shard_commands(reg);
     cfg_register_ddl_commands(reg);

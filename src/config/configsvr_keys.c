@@ -38,7 +38,7 @@ read_keys(shl_hmac_key_t **keys, size_t *n, shl_status_t *st)
     *keys = NULL;
     *n = 0;
     bson_destroy(&reply);
-    SHL_ERR(cfg_local_cmd("admin", cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&cfg_get()->remote, "admin", cmd, NULL, &reply, st));
     if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &it) &&
         BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
         while (bson_iter_next(&arr)) {
@@ -129,7 +129,7 @@ generate(cfg_state_t *cfg, uint64_t *next_expiry, shl_status_t *st)
                        BCON_TIMESTAMP((uint32_t)(add[i].expires_at >> 32),
                                       (uint32_t)add[i].expires_at),
                        "}", "]", "writeConcern", "{", "w", BCON_UTF8("majority"), "}");
-        ret = cfg_local_cmd("admin", cmd, &reply, st);
+        ret = shl_remote_run_self(&cfg_get()->remote, "admin", cmd, NULL, &reply, st);
         bson_destroy(cmd);
         bson_destroy(&reply);
         SHL_ERR(ret);

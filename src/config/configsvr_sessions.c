@@ -59,7 +59,7 @@ shard_if_needed(shl_status_t *st)
     cmd = BCON_NEW("_configsvrShardCollection", BCON_UTF8(SHL_SESSIONS_NS), "key", "{", "_id",
                    BCON_INT32(1), "}", "writeConcern", "{", "w", BCON_UTF8("majority"), "}");
     bson_destroy(&reply);
-    SHL_ERR(cfg_local_cmd("admin", cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&cfg_get()->remote, "admin", cmd, NULL, &reply, st));
     q = BCON_NEW("_id", BCON_UTF8(SHL_SESSIONS_NS), "maxChunkSizeBytes", "{", "$exists",
                  BCON_BOOL(false), "}");
     u = BCON_NEW("$set", "{", "maxChunkSizeBytes", BCON_INT64(SESSIONS_MAX_CHUNK_SIZE_BYTES),

@@ -97,9 +97,10 @@ validate_host(const char *conn_string, const char *host, const char *provided_se
     bson_iter_t it;
     shl_status_t inner = SHL_STATUS_INIT;
     const char *found = "";
+    shl_remote_target_t t = shl_remote_target_host(host);
 
-    if (shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply,
-                       &inner) != 0) {
+    if (shl_remote_run(&cfg_get()->remote, &t, "admin", cmd, &cfg_remote_opts, &reply, &inner) !=
+        0) {
         SHL_FAIL(st, inner.code,
                  "failed to run command { hello: 1 } when attempting to add shard %s :: caused "
                  "by :: %s",
@@ -149,8 +150,9 @@ check_databases(const char *host, const char *conn_string, shl_status_t *st)
     bson_t *cmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true));
     bson_t reply;
     bson_iter_t it, arr, f;
+    shl_remote_target_t t = shl_remote_target_host(host);
 
-    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(shl_remote_run(&cfg_get()->remote, &t, "admin", cmd, &cfg_remote_opts, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "databases") || !bson_iter_recurse(&it, &arr)) {
         goto done;
     }
@@ -195,9 +197,9 @@ refresh_conn_string(cfg_state_t *cfg, shl_op_ctx_t *op)
     bson_t reply;
     shl_status_t ignored = SHL_STATUS_INIT;
     char members[SHL_CLIENT_HOST_MAX];
+    shl_remote_target_t me = shl_remote_target_host(op->svc->me);
 
-    if (shl_client_run(cfg->pool, op->svc->me, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply,
-                       &ignored) == 0 &&
+    if (shl_remote_run(&cfg->remote, &me, "admin", cmd, &cfg_remote_opts, &reply, &ignored) == 0 &&
         op->svc->set_name[0] != '\0') {
         hello_members(&reply, op->svc->me, members, sizeof(members));
         if (strchr(members, ',') != NULL) {
@@ -310,8 +312,9 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     bson_append_document_end(&add, &ident);
     {
         shl_status_t inner = SHL_STATUS_INIT;
+        shl_remote_target_t dest = shl_remote_target_host(send_to);
         bson_destroy(&add_reply);
-        if (shl_client_run(cfg->pool, send_to, "admin", &add, CFG_REMOTE_TIMEOUT_MS, &add_reply,
+        if (shl_remote_run(&cfg->remote, &dest, "admin", &add, &cfg_remote_opts, &add_reply,
                            &inner) != 0) {
             SHL_FAIL(st, inner.code,
                      "addShard: error adding shard %s: failed to run command _addShard :: "

@@ -36,7 +36,7 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
     BSON_APPEND_INT32(&fwd, "_shardsvrSetUserWriteBlockMode", 1);
     BSON_APPEND_BOOL(&fwd, "global", global);
     bson_destroy(&r);
-    SHL_ERR(cfg_local_cmd("admin", &fwd, &r, st));
+    SHL_ERR(shl_remote_run_self(&cfg_get()->remote, "admin", &fwd, NULL, &r, st));
     SHL_ERR(cfg_get_shards(&shards, &n, st));
     if (global) {
         /* Phase 1 on the shards: the DDL coordinators running on them drain and none starts
@@ -47,7 +47,7 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
         BSON_APPEND_UTF8(&prep, "phase", "prepare");
         for (size_t i = 0; i < n && ret == 0; i++) {
             bson_destroy(&r);
-            ret = cfg_shard_cmd(shards[i].name, "admin", &prep, &r, st);
+            ret = shl_remote_run_shard(&cfg_get()->remote, shards[i].name, "admin", &prep, &cfg_remote_opts, &r, st);
         }
         bson_destroy(&prep);
         SHL_ERR(ret);
@@ -56,7 +56,7 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
     cfg_user_ddl_drain_begin();
     for (size_t i = 0; i < n && ret == 0; i++) {
         bson_destroy(&r);
-        ret = cfg_shard_cmd(shards[i].name, "admin", &fwd, &r, st);
+        ret = shl_remote_run_shard(&cfg_get()->remote, shards[i].name, "admin", &fwd, &cfg_remote_opts, &r, st);
     }
     cfg_user_ddl_drain_end();
 done:
@@ -86,6 +86,7 @@ cfg_uwb_sync_new_shard(const char *host, shl_status_t *st)
     bson_t q = BSON_INITIALIZER, doc, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     bool found = false, block = false;
     bson_iter_t it;
+    shl_remote_target_t t = shl_remote_target_host(host);
 
     BSON_APPEND_UTF8(&q, "_id", "");
     SHL_ERR(cfg_find_one("user_writes_critical_sections", &q, &doc, &found, st));
@@ -95,8 +96,7 @@ cfg_uwb_sync_new_shard(const char *host, shl_status_t *st)
     BSON_APPEND_INT32(&cmd, "_shardsvrSetUserWriteBlockMode", 1);
     BSON_APPEND_BOOL(&cmd, "global", block);
     bson_destroy(&reply);
-    SHL_ERR(
-        shl_client_run(cfg_get()->pool, host, "admin", &cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(shl_remote_run(&cfg_get()->remote, &t, "admin", &cmd, &cfg_remote_opts, &reply, st));
 done:
     bson_destroy(&doc);
     bson_destroy(&q);

@@ -125,8 +125,8 @@ kill_topology(cs_router_t *cs)
             BSON_APPEND_INT64(&ids, "0", sh->cursor_id);
             bson_append_array_end(&cmd, &ids);
             shl_status_clear(&st);
-            (void)shl_client_run(cs->r->pool, shl_shard_registry_config_host(cs->r->registry),
-                                 "config", &cmd, 2000, &reply, &st);
+            (void)shl_remote_run_config(&cs->r->remote, "config", &cmd,
+                                        &(shl_remote_options_t){.timeout_ms = 2000}, &reply, &st);
             bson_destroy(&reply);
             bson_destroy(&cmd);
         }

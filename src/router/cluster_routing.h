@@ -19,6 +19,7 @@
 #include "net/client.h"
 #include "net/command.h"
 #include "sharding/catalog_cache.h"
+#include "sharding/remote.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
 #include "sharding/keys_client.h"
@@ -65,6 +66,10 @@ typedef struct shl_router {
     struct shl_sessions_sharded *sessions;
     shl_keys_source_t keys; /* where the $clusterTime keys come from (the config server) */
     struct router_txn_catalog *txns; /* sessions' transactions (txn_router.h) */
+    /* The outgoing-command interface over pool and registry (sharding/remote.h), for the
+     * router's own calls to the config server (remote_real: its transport's state). */
+    shl_remote_real_t remote_real;
+    shl_remote_t remote;
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

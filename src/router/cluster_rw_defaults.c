@@ -141,8 +141,8 @@ fetch_defaults(shl_router_t *r, int64_t timeout_ms, bson_t *doc, shl_status_t *s
     BSON_APPEND_INT32(&find, "limit", 1);
     BSON_APPEND_BOOL(&find, "singleBatch", true);
     bson_destroy(&res);
-    SHL_ERR(shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", &find,
-                           timeout_ms, &res, st));
+    SHL_ERR(shl_remote_run_config(&r->remote, "config", &find,
+                                  &(shl_remote_options_t){.timeout_ms = timeout_ms}, &res, st));
     if (bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
         BSON_ITER_HOLDS_DOCUMENT(&d)) {
         const uint8_t *data;

@@ -477,11 +477,13 @@ router_write_setting(shl_op_ctx_t *op, const char *id, const bson_t *u, shl_stat
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&upd, &wc);
     bson_destroy(&res);
-    SHL_ERR(shl_client_run(
-        r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
-        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), &res, st));
-    SHL_ERR(shl_status_from_write_errors(&res, st));
-    SHL_ERR(shl_status_from_write_concern_error(&res, st));
+    /* The one reply-to-status policy: writeErrors and writeConcernError fail it too. */
+    SHL_ERR(shl_remote_run_config(
+        &r->remote, "config", &upd,
+        &(shl_remote_options_t){
+            .timeout_ms =
+                remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining)},
+        &res, st));
 done:
     bson_destroy(&upd);
     bson_destroy(&res);

@@ -298,6 +298,8 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     popts.hooks.arg = r;
     r->pool = shl_conn_pool_new(&popts);
     r->registry = shl_shard_registry_new(r->pool, configdb);
+    r->remote_real = (shl_remote_real_t){.svc = NULL, .pool = r->pool, .registry = r->registry};
+    shl_remote_init_real(&r->remote, &r->remote_real);
     r->cache = shl_catalog_cache_new(r->registry);
     r->cursors = shl_router_cursor_manager_new();
     r->rwc = router_rwc_new();

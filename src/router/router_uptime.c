@@ -43,8 +43,9 @@ report(shl_router_uptime_t *u)
         "created", BCON_DATE_TIME(u->started_ms), "}", "}", "upsert", BCON_BOOL(true), "}", "]");
     bson_t reply;
 
-    if (shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", cmd,
-                       SHL_CONFIG_CMD_TIMEOUT_MS, &reply, &st) != 0) {
+    if (shl_remote_run_config(&r->remote, "config", cmd,
+                              &(shl_remote_options_t){.timeout_ms = SHL_CONFIG_CMD_TIMEOUT_MS},
+                              &reply, &st) != 0) {
         SHL_LOG_DEBUG(1, SHARDING, 4620031, "cannot report to config.mongos", "error",
                       BCON_UTF8(st.reason));
     }

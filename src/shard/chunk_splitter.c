@@ -23,6 +23,7 @@
 #define SETTINGS_REFRESH_MS 2000
 #define SETTINGS_IDLE_REFRESH_MS 5000
 #define CONFIG_TIMEOUT_MS 30000
+static const shl_remote_options_t cfg_opts = {.timeout_ms = CONFIG_TIMEOUT_MS};
 
 typedef struct split_task {
     char *ns;
@@ -505,9 +506,9 @@ refresh_settings(shard_state_t *s)
 
     bson_destroy(&reply);
     cmd = BCON_NEW("find", BCON_UTF8("settings"), "filter", "{", "_id", "{", "$in", "[",
-                   BCON_UTF8("chunksize"), BCON_UTF8("autosplit"), BCON_UTF8("balancer"), "]",
-                   "}", "}");
-    if (shard_config_cmd(s, "config", cmd, CONFIG_TIMEOUT_MS, &reply, &st) != 0) {
+                   BCON_UTF8("chunksize"), BCON_UTF8("autosplit"), BCON_UTF8("balancer"), "]", "}",
+                   "}");
+    if (shl_remote_run_config(&s->remote, "config", cmd, &cfg_opts, &reply, &st) != 0) {
         goto done;
     }
     if (first_batch(&reply, &arr)) {
@@ -543,7 +544,7 @@ refresh_settings(shard_state_t *s)
     cmd = BCON_NEW("find", BCON_UTF8("collections"), "filter", "{", "$or", "[", "{",
                    "maxChunkSizeBytes", "{", "$exists", BCON_BOOL(true), "}", "}", "{",
                    "noAutoSplit", BCON_BOOL(true), "}", "]", "}");
-    if (shard_config_cmd(s, "config", cmd, CONFIG_TIMEOUT_MS, &reply, &st) != 0) {
+    if (shl_remote_run_config(&s->remote, "config", cmd, &cfg_opts, &reply, &st) != 0) {
         goto done;
     }
     if (first_batch(&reply, &arr)) {
@@ -619,8 +620,8 @@ extreme_key(shard_state_t *s, const shl_ns_t *ns, const shl_shard_key_pattern_t 
     BSON_APPEND_DOCUMENT(&cmd, "sort", &sort);
     BSON_APPEND_INT64(&cmd, "skip", skip);
     BSON_APPEND_INT64(&cmd, "limit", 1);
-    if (shard_local_cmd(s, ns->db, &cmd, &reply, &st) == 0 && first_batch(&reply, &arr) &&
-        shl_iter_next(&arr) && BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+    if (shl_remote_run_self(&s->remote, ns->db, &cmd, NULL, &reply, &st) == 0 &&
+        first_batch(&reply, &arr) && shl_iter_next(&arr) && BSON_ITER_HOLDS_DOCUMENT(&arr)) {
         const uint8_t *data;
         uint32_t len;
         bson_t doc;
@@ -656,7 +657,7 @@ range_bytes(shard_state_t *s, const char *ns, const bson_t *pattern, const bson_
     BSON_APPEND_DOCUMENT(&cmd, "keyPattern", pattern);
     BSON_APPEND_DOCUMENT(&cmd, "min", min);
     BSON_APPEND_DOCUMENT(&cmd, "max", max);
-    if (shard_local_cmd(s, "admin", &cmd, &reply, &st) == 0) {
+    if (shl_remote_run_self(&s->remote, "admin", &cmd, NULL, &reply, &st) == 0) {
         size = shl_bson_int64_at(&reply, "size");
     }
     bson_destroy(&reply);
@@ -675,7 +676,9 @@ move_top_chunk(shard_state_t *s, const char *ns, const bson_t *min, const bson_t
     bson_t reply;
     shl_status_t st = SHL_STATUS_INIT;
 
-    if (shard_config_cmd(s, "admin", cmd, CONFIG_TIMEOUT_MS * 10, &reply, &st) != 0) {
+    if (shl_remote_run_config(&s->remote, "admin", cmd,
+                              &(shl_remote_options_t){.timeout_ms = CONFIG_TIMEOUT_MS * 10}, &reply,
+                              &st) != 0) {
         SHL_LOG_INFO(SHARDING, 4201613, "Could not move the top chunk after an auto-split",
                      "namespace", BCON_UTF8(ns), "error", BCON_UTF8(st.reason));
     }
@@ -723,7 +726,7 @@ run_task(shard_state_t *s, split_task_t *t)
     BSON_APPEND_DOCUMENT(&cmd, "max", t->max);
     BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", max_bytes);
     bson_destroy(&reply);
-    if (shard_local_cmd(s, "admin", &cmd, &reply, &st) != 0) {
+    if (shl_remote_run_self(&s->remote, "admin", &cmd, NULL, &reply, &st) != 0) {
         goto done;
     }
     if (bson_iter_init_find(&it, &reply, "splitKeys") && BSON_ITER_HOLDS_ARRAY(&it) &&
@@ -752,7 +755,7 @@ run_task(shard_state_t *s, split_task_t *t)
                                     BCON_DOCUMENT(t->min), "max", BCON_DOCUMENT(t->max), "shard",
                                     BCON_UTF8(name));
             bson_t r2;
-            if (shard_config_cmd(s, "admin", mark, CONFIG_TIMEOUT_MS, &r2, &st) == 0) {
+            if (shl_remote_run_config(&s->remote, "admin", mark, &cfg_opts, &r2, &st) == 0) {
                 atomic_fetch_add(&sp->jumbo_marked, 1);
                 shl_status_clear(&st);
                 (void)shard_meta_refresh(s, t->ns, NULL, &st);
@@ -790,11 +793,11 @@ run_task(shard_state_t *s, split_task_t *t)
             snprintf(k, sizeof(k), "%zu", i);
             BSON_APPEND_DOCUMENT(&points, k, keys[i]);
         }
-        commit = BCON_NEW("_configsvrCommitChunkSplit", BCON_UTF8(t->ns), "min",
-                          BCON_DOCUMENT(t->min), "max", BCON_DOCUMENT(t->max), "splitPoints",
-                          BCON_ARRAY(&points), "shard", BCON_UTF8(name), "fromChunkSplitter",
-                          BCON_BOOL(true));
-        if (shard_config_cmd(s, "admin", commit, CONFIG_TIMEOUT_MS, &r2, &st) == 0) {
+        commit =
+            BCON_NEW("_configsvrCommitChunkSplit", BCON_UTF8(t->ns), "min", BCON_DOCUMENT(t->min),
+                     "max", BCON_DOCUMENT(t->max), "splitPoints", BCON_ARRAY(&points), "shard",
+                     BCON_UTF8(name), "fromChunkSplitter", BCON_BOOL(true));
+        if (shl_remote_run_config(&s->remote, "admin", commit, &cfg_opts, &r2, &st) == 0) {
             atomic_fetch_add(&sp->splits, 1);
             atomic_fetch_add(&sp->chunks_created, (int64_t)nkeys + 1);
             SHL_LOG_INFO(SHARDING, 4201611, "Auto-split a chunk", "namespace", BCON_UTF8(t->ns),

@@ -259,23 +259,6 @@ shard_net_get(shard_state_t *s, shl_conn_pool_t **pool, shl_shard_registry_t **r
 }
 
 int
-shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
-                 int64_t timeout_ms, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    shl_catalog_cache_t *cache = NULL;
-    char host[SHL_CLIENT_HOST_MAX];
-
-    bson_init(reply);
-    SHL_ERR(get_cache(s, &cache, NULL, st));
-    SHL_ERR(shl_shard_registry_host_for(s->registry, shard, host, sizeof(host), st));
-    bson_destroy(reply);
-    ret = shl_client_run(s->pool, host, db, cmd, timeout_ms, reply, st);
-done:
-    return ret;
-}
-
-int
 shard_keys_load(void *arg, shl_hmac_key_t **keys, size_t *n, shl_status_t *st)
 {
     int ret = 0;
@@ -289,22 +272,6 @@ shard_keys_load(void *arg, shl_hmac_key_t **keys, size_t *n, shl_status_t *st)
     src.pool = s->pool;
     shl_str_copy(src.host, sizeof(src.host), shl_shard_registry_config_host(s->registry));
     ret = shl_keys_client_load(&src, keys, n, st);
-done:
-    return ret;
-}
-
-int
-shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t timeout_ms,
-                 bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    shl_catalog_cache_t *cache = NULL;
-
-    bson_init(reply);
-    SHL_ERR(get_cache(s, &cache, NULL, st));
-    bson_destroy(reply);
-    ret = shl_client_run(s->pool, shl_shard_registry_config_host(s->registry), db, cmd, timeout_ms,
-                         reply, st);
 done:
     return ret;
 }

@@ -213,7 +213,7 @@ cmd_coll_mod_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
     BSON_APPEND_UTF8(&local, "collMod", ns.coll);
     bson_concat(&local, &request);
     bson_destroy(&got);
-    SHL_ERR(shard_local_cmd(s, ns.db, &local, &got, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, ns.db, &local, NULL, &got, st));
     for (size_t k = 0; k_reply_fields[k] != NULL; k++) {
         if (bson_iter_init_find(&it, &got, k_reply_fields[k])) {
             bson_append_iter(reply, NULL, 0, &it);

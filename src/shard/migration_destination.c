@@ -125,7 +125,8 @@ append_donor_options(shard_recipient_t *r, const shl_ns_t *ns, bson_t *create, s
     BSON_APPEND_UTF8(&filter, "name", ns->coll);
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
-    SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(
+        shl_remote_run_shard(&r->s->remote, r->from, ns->db, &cmd, &mig_remote_opts, &reply, st));
     if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         const uint8_t *data;
         uint32_t len;
@@ -158,7 +159,8 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
 
     BSON_APPEND_UTF8(&cmd, "listIndexes", ns->coll);
     bson_destroy(&reply);
-    SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(
+        shl_remote_run_shard(&r->s->remote, r->from, ns->db, &cmd, &mig_remote_opts, &reply, st));
     n = mig_cursor_docs(&reply, &specs);
     bson_init(&create);
     BSON_APPEND_UTF8(&create, "_shardsvrCreateCollectionParticipant", ns->coll);
@@ -302,7 +304,8 @@ transfer_session_mods(shard_recipient_t *r, shl_op_ctx_t *op, size_t *n, shl_sta
     BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", r->ns);
     BSON_APPEND_UTF8(&cmd, "sessionId", r->session_id);
     bson_destroy(&reply);
-    SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(
+        shl_remote_run_shard(&r->s->remote, r->from, "admin", &cmd, &mig_remote_opts, &reply, st));
     SHL_ERR(mig_session_apply(r->s, op, &reply, n, st));
 done:
     bson_destroy(&cmd);
@@ -351,7 +354,8 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "migration aborted");
         }
         bson_destroy(&reply);
-        SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        SHL_ERR(shl_remote_run_shard(&r->s->remote, r->from, "admin", &cmd, &mig_remote_opts,
+                                     &reply, st));
         n = mig_docs_of(&reply, "objects", &docs);
         if (n > 0) {
             ret = mig_cache_pace(r->s, op, true, &r->paced_ms, st);
@@ -405,7 +409,8 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
             set_state(r, MIG_COMMIT_START);
         }
         bson_destroy(&reply);
-        SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        SHL_ERR(shl_remote_run_shard(&r->s->remote, r->from, "admin", &cmd, &mig_remote_opts,
+                                     &reply, st));
         SHL_ERR(apply_mods(r, &ns, &reply, &n, st));
         /* The history goes with the documents: once the donor commits, a retry may come
          * here. */
@@ -720,7 +725,7 @@ recipient_crit_held(shard_state_t *s, const char *ns, bool *held, shl_status_t *
 
     *held = false;
     bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, "config", cmd, NULL, &reply, st));
     *held = mig_cursor_docs(&reply, &docs) > 0;
 done:
     bson_free(docs);

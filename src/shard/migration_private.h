@@ -14,12 +14,17 @@
 #include "net/write_concern.h"
 #include "shard/shard_private.h"
 #include "shard/migration_digest.h"
+#include "sharding/chunk_version.h"
+#include "sharding/remote.h"
 #include "sharding/shard_key.h"
 #include "sharding/sharding_types.h"
 #include "storage/storage.h"
 
 /* Timeout of one command a shard sends to another during a migration. */
 #define MIG_REMOTE_TIMEOUT_MS 60000
+/* The options of every command a migration sends (remote.h): one attempt (the phases decide
+ * what a failure means) of at most MIG_REMOTE_TIMEOUT_MS (migration_steps.c). */
+extern const shl_remote_options_t mig_remote_opts;
 /* A _migrateClone / _transferMods reply carries at most about this many bytes of documents. */
 #define MIG_BATCH_BYTES (12 * 1024 * 1024)
 
@@ -189,5 +194,91 @@ int mig_session_source_next(shard_state_t *s, mig_session_source_t *src, bson_t 
                             shl_status_t *st);
 int mig_session_apply(shard_state_t *s, shl_op_ctx_t *op, const bson_t *reply, size_t *n,
                       shl_status_t *st);
+
+/* ---- the donor's protocol steps on the outgoing-command interface (migration_steps.c) ----
+ * No storage and no shard state: every command goes through 'r' (the coordinator's remote;
+ * the fake one in unit tests), one attempt each, MIG_REMOTE_TIMEOUT_MS. */
+
+/* The coordinator's persisted facts (config.migrationCoordinators, MongoDB's
+ * MigrationCoordinatorDocument). */
+typedef struct mig_coord {
+    shl_uuid_t id;
+    char session_id[200];
+    char ns[SHL_NS_MAX + 1];
+    shl_uuid_t coll_uuid;
+    char donor[SHL_SHARD_ID_MAX];
+    char recipient[SHL_SHARD_ID_MAX];
+    bson_t *min, *max;
+    shl_chunk_version_t pre_version;
+    int decision; /* 0 none, 1 committed, -1 aborted */
+} mig_coord_t;
+
+/* mig_coord_to_bson -- the document (*out initialised by the callee); mig_coord_parse -- back
+ * (Errors: BadValue, the IDL's type errors, a missing range); mig_coord_cleanup -- free. */
+void mig_coord_to_bson(const mig_coord_t *c, bson_t *out);
+int mig_coord_parse(const bson_t *doc, mig_coord_t *c, shl_status_t *st);
+void mig_coord_cleanup(mig_coord_t *c);
+
+/* mig_send_recv_chunk_start -- _recvChunkStart to the recipient ('req': the
+ * _shardsvrMoveRange command whose secondaryThrottle is passed on, may be NULL). */
+int mig_send_recv_chunk_start(const shl_remote_t *r, const mig_coord_t *c, const bson_t *pattern,
+                              const bson_t *req, shl_status_t *st);
+
+/* mig_poll_recipient -- one _recvChunkStatus: *steady once the recipient reports "steady";
+ * a recipient in state fail, abort or done: OperationFailed "Data transfer error: ..."; the
+ * command's own error (network, ...) as it came. */
+int mig_poll_recipient(const shl_remote_t *r, const mig_coord_t *c, bool *steady, shl_status_t *st);
+
+/* mig_wait_steady -- mig_poll_recipient until the recipient is steady, check(arg, polls done,
+ * st) before each poll (the caller's pause, interruption and memory checks; its error ends
+ * the wait). */
+typedef int (*mig_poll_check_fn)(void *arg, int polls, shl_status_t *st);
+int mig_wait_steady(const shl_remote_t *r, const mig_coord_t *c, mig_poll_check_fn check, void *arg,
+                    shl_status_t *st);
+
+/* mig_send_recv_chunk_commit -- _recvChunkCommit; *reply (initialised by the callee) carries
+ * the recipient's digest and times. */
+int mig_send_recv_chunk_commit(const shl_remote_t *r, const mig_coord_t *c, bson_t *reply,
+                               shl_status_t *st);
+
+/* mig_recipient_finish -- the recipient's part of the commit sequence (c->decision > 0:
+ * _recvChunkReleaseCritSec, then its config.rangeDeletions task deleted) or of the abort
+ * sequence (_recvChunkAbort). Idempotent; the first error stops it. */
+int mig_recipient_finish(const shl_remote_t *r, const mig_coord_t *c, shl_status_t *st);
+
+/* mig_ask_decision -- who owns the chunk starting at c->min now, per the config server
+ * (majority read of config.chunks): *committed when the recipient does. */
+int mig_ask_decision(const shl_remote_t *r, const mig_coord_t *c, bool *committed,
+                     shl_status_t *st);
+
+struct shl_coord;
+
+/* mig_coord_set_decision -- record 'decision' in mc and in c's document (persisted by the
+ * next checkpoint, completeMigration's). */
+void mig_coord_set_decision(struct shl_coord *c, mig_coord_t *mc, int decision);
+
+/* mig_phase_resolve_decision -- the phase resolveDecision (a resumed document without a
+ * decision, or a live commit whose outcome stayed unknown): nothing when the document has a
+ * decision, else who owns the range by the config server becomes it (mig_ask_decision).
+ * Errors: the ask's (the framework retries the phase). */
+int mig_phase_resolve_decision(struct shl_coord *c, shl_status_t *st);
+
+typedef struct mig_commit_args {
+    shl_chunk_version_t chunk_version; /* the migrated chunk's version before the commit */
+    shl_chunk_version_t coll_version;  /* the donor's collection version */
+    uint64_t valid_after;              /* the recipient's ownership starts (0: not sent) */
+    const mig_digest_t *digest;        /* the range's digest (NULL: not sent) */
+} mig_commit_args_t;
+
+/*
+ * mig_commit_on_config --
+ *     _configsvrCommitChunkMigration (w: majority); when it fails, the config server is asked
+ *     who owns the range. Returns the decision: 1 committed (*st clear), -1 aborted (*st the
+ *     commit's error), 0 unknown -- the config server could not be asked (*st the commit's
+ *     error; resolveDecision asks on). Fail points failMigrationCommit,
+ *     migrationCommitNetworkError.
+ */
+int mig_commit_on_config(const shl_remote_t *r, const mig_coord_t *c, const mig_commit_args_t *a,
+                         shl_status_t *st);
 
 #endif

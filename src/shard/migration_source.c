@@ -54,10 +54,7 @@ mods_max_bytes(void)
 {
     return shl_opt_int(SHL_OPT_migrationCaptureMaxBytes);
 }
-SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
 SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
-SHL_FAILPOINT_DEFINE(failMigrationCommit)
-SHL_FAILPOINT_DEFINE(migrationDecisionQueryError)
 
 #define COORD_COLL "migrationCoordinators"
 
@@ -202,19 +199,6 @@ mig_cursor_id(const bson_t *reply)
     return bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it)
                ? bson_iter_as_int64(&it)
                : 0;
-}
-
-int
-shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *reply,
-                shl_status_t *st)
-{
-    int ret = 0;
-
-    shl_service_run_command(s->svc, NULL, cmd, db, reply);
-    SHL_ERR(shl_status_from_reply(reply, st));
-    SHL_ERR(shl_status_from_write_errors(reply, st));
-done:
-    return ret;
 }
 
 static void
@@ -670,7 +654,7 @@ clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
         BSON_APPEND_INT32(&cmd, "batchSize", 1000);
     }
     bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, ns.db, &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, ns.db, &cmd, NULL, &reply, st));
     d->cursor_id = 0;
     if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
         d->cursor_id = bson_iter_as_int64(&it);
@@ -794,7 +778,7 @@ lookup_ids(shard_state_t *s, const shl_ns_t *ns, bson_t **ids, size_t n, bson_t 
         bson_iter_t it;
         size_t nd = 0;
         bson_destroy(&reply);
-        SHL_ERR(shard_local_cmd(s, ns->db, &cmd, &reply, st));
+        SHL_ERR(shl_remote_run_self(&s->remote, ns->db, &cmd, NULL, &reply, st));
         cursor_id = 0;
         if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
             cursor_id = bson_iter_as_int64(&it);
@@ -1001,108 +985,6 @@ done:
 
 /* ---------------------------------------------------------------- coordinator */
 
-/* The coordinator's persisted facts (config.migrationCoordinators). */
-typedef struct coord {
-    shl_uuid_t id;
-    char session_id[200];
-    char ns[SHL_NS_MAX + 1];
-    shl_uuid_t coll_uuid;
-    char donor[SHL_SHARD_ID_MAX];
-    char recipient[SHL_SHARD_ID_MAX];
-    bson_t *min, *max;
-    shl_chunk_version_t pre_version;
-    int decision; /* 0 none, 1 committed, -1 aborted */
-} coord_t;
-
-static void
-coord_cleanup(coord_t *c)
-{
-    if (c->min != NULL) {
-        bson_destroy(c->min);
-    }
-    if (c->max != NULL) {
-        bson_destroy(c->max);
-    }
-    c->min = c->max = NULL;
-}
-
-static void
-coord_to_bson(const coord_t *c, bson_t *out)
-{
-    bson_t r, lsid;
-
-    bson_init(out);
-    shl_uuid_append(out, "_id", &c->id);
-    BSON_APPEND_UTF8(out, "migrationSessionId", c->session_id);
-    BSON_APPEND_DOCUMENT_BEGIN(out, "lsid", &lsid);
-    shl_uuid_append(&lsid, "id", &c->id);
-    bson_append_document_end(out, &lsid);
-    BSON_APPEND_INT64(out, "txnNumber", 0);
-    BSON_APPEND_UTF8(out, "nss", c->ns);
-    shl_uuid_append(out, "collectionUuid", &c->coll_uuid);
-    BSON_APPEND_UTF8(out, "donorShardId", c->donor);
-    BSON_APPEND_UTF8(out, "recipientShardId", c->recipient);
-    BSON_APPEND_DOCUMENT_BEGIN(out, "range", &r);
-    BSON_APPEND_DOCUMENT(&r, "min", c->min);
-    BSON_APPEND_DOCUMENT(&r, "max", c->max);
-    bson_append_document_end(out, &r);
-    shl_chunk_version_append(out, "preMigrationChunkVersion", &c->pre_version);
-    if (c->decision != 0) {
-        BSON_APPEND_UTF8(out, "decision", c->decision > 0 ? "committed" : "aborted");
-    }
-}
-
-static int
-coord_parse(const bson_t *doc, coord_t *c, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it;
-    const char *ctx = "MigrationCoordinatorDocument";
-
-    memset(c, 0, sizeof(*c));
-    if (!bson_iter_init(&it, doc)) {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "corrupt migration coordinator document");
-    }
-    while (shl_iter_next(&it)) {
-        const char *k = shl_iter_key(&it);
-        if (strcmp(k, "_id") == 0) {
-            SHL_ERR(shl_idl_read_uuid(&it, ctx, &c->id, st));
-        } else if (strcmp(k, "collectionUuid") == 0) {
-            SHL_ERR(shl_idl_read_uuid(&it, ctx, &c->coll_uuid, st));
-        } else if (strcmp(k, "nss") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->ns, sizeof(c->ns), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "migrationSessionId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->session_id, sizeof(c->session_id), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "donorShardId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->donor, sizeof(c->donor), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "recipientShardId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->recipient, sizeof(c->recipient), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "decision") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            c->decision = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0 ? 1 : -1;
-        } else if (strcmp(k, "range") == 0) {
-            bson_t r, v;
-            bson_iter_t ri;
-            SHL_ERR(shl_idl_read_doc(&it, ctx, &r, st));
-            if (bson_iter_init_find(&ri, &r, "min")) {
-                SHL_ERR(shl_idl_read_doc(&ri, ctx, &v, st));
-                c->min = bson_copy(&v);
-            }
-            if (bson_iter_init_find(&ri, &r, "max")) {
-                SHL_ERR(shl_idl_read_doc(&ri, ctx, &v, st));
-                c->max = bson_copy(&v);
-            }
-        }
-    }
-    if (c->min == NULL || c->max == NULL) {
-        SHL_ERR(shl_idl_missing(ctx, "range", st));
-    }
-done:
-    if (ret != 0) {
-        coord_cleanup(c);
-    }
-    return ret;
-}
-
 /*
  * The number of documents of ns (collection 'uuid') in [min, max) of shard key 'pattern' on
  * this shard: the entries of the shard key index there, else a collection scan. *out is -1
@@ -1150,7 +1032,7 @@ mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t
     shl_uuid_append(&filter, "_id", id);
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, st));
     n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && shl_range_task_parse(&docs[0], &t, st) == 0) {
         const bson_t *pattern = t.key_pattern;
@@ -1186,33 +1068,13 @@ done:
  * completeMigration) and the framework deletes the document after.
  */
 static int
-coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
+coord_finish(shard_state_t *s, shl_op_ctx_t *op, const shl_remote_t *r, mig_coord_t *c,
+             shl_status_t *st)
 {
     int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
 
     if (c->decision > 0) {
-        bson_t arr, d, q;
-        /* The recipient may serve the range now: it refreshes and leaves its critical
-         * section (entered at _recvChunkCommit). */
-        BSON_APPEND_UTF8(&cmd, "_recvChunkReleaseCritSec", c->ns);
-        BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
-        bson_destroy(&reply);
-        SHL_ERR(
-            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-        bson_reinit(&cmd);
-        BSON_APPEND_UTF8(&cmd, "delete", "rangeDeletions");
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
-        BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
-        shl_uuid_append(&q, "_id", &c->id);
-        bson_append_document_end(&d, &q);
-        BSON_APPEND_INT32(&d, "limit", 1);
-        bson_append_document_end(&arr, &d);
-        bson_append_array_end(&cmd, &arr);
-        bson_destroy(&reply);
-        SHL_ERR(
-            shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        SHL_ERR(mig_recipient_finish(r, c, st));
         /* The donated documents are this shard's orphans now: numOrphanDocs of the task
          * (MongoDB copies the recipient's count; the donor's own count is the same, the
          * range having been in the critical section until the commit). */
@@ -1224,56 +1086,10 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         SHL_ERR(ret);
     } else {
         SHL_ERR(shl_range_deletion_remove(op, &c->id, st));
-        BSON_APPEND_UTF8(&cmd, "_recvChunkAbort", c->ns);
-        shl_uuid_append(&cmd, "migrationId", &c->id);
-        BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
-        bson_destroy(&reply);
-        SHL_ERR(
-            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        SHL_ERR(mig_recipient_finish(r, c, st));
     }
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep6), op);
 done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
-    return ret;
-}
-
-/* Who owns the chunk starting at c->min now, per the config server: *committed when the
- * recipient does. */
-static int
-ask_config_decision(shard_state_t *s, const coord_t *c, bool *committed, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, *docs = NULL;
-    bson_iter_t it;
-    size_t n = 0;
-
-    *committed = false;
-    BSON_APPEND_UTF8(&cmd, "find", "chunks");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
-    shl_uuid_append(&filter, "uuid", &c->coll_uuid);
-    BSON_APPEND_DOCUMENT(&filter, "min", c->min);
-    bson_append_document_end(&cmd, &filter);
-    {
-        bson_t rc;
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "readConcern", &rc);
-        BSON_APPEND_UTF8(&rc, "level", "majority");
-        bson_append_document_end(&cmd, &rc);
-    }
-    bson_destroy(&reply);
-    if (SHL_FAILPOINT_FIRES(migrationDecisionQueryError)) {
-        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE,
-                 "Network error from failpoint migrationDecisionQueryError");
-    }
-    SHL_ERR(shard_config_cmd(s, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    n = mig_cursor_docs(&reply, &docs);
-    if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
-        *committed = strcmp(bson_iter_utf8(&it, NULL), c->recipient) == 0;
-    }
-done:
-    bson_free(docs);
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
     return ret;
 }
 
@@ -1286,33 +1102,6 @@ typedef struct move_args {
     bool wait_for_delete;
     const bson_t *req; /* the _shardsvrMoveRange command (its secondaryThrottle) */
 } move_args_t;
-
-static int
-send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pattern_t *p,
-                      const bson_t *req, shl_status_t *st)
-{
-    int ret;
-    bson_t cmd = BSON_INITIALIZER, reply, lsid;
-
-    BSON_APPEND_UTF8(&cmd, "_recvChunkStart", c->ns);
-    shl_uuid_append(&cmd, "uuid", &c->coll_uuid);
-    shl_uuid_append(&cmd, "migrationId", &c->id);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "lsid", &lsid);
-    shl_uuid_append(&lsid, "id", &c->id);
-    bson_append_document_end(&cmd, &lsid);
-    BSON_APPEND_INT64(&cmd, "txnNumber", 0);
-    BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
-    BSON_APPEND_UTF8(&cmd, "fromShardName", c->donor);
-    BSON_APPEND_UTF8(&cmd, "toShardName", c->recipient);
-    BSON_APPEND_DOCUMENT(&cmd, "min", c->min);
-    BSON_APPEND_DOCUMENT(&cmd, "max", c->max);
-    BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &p->pattern);
-    mig_throttle_copy(req, &cmd);
-    ret = shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ret;
-}
 
 /* ExceededMemoryLimit once the captured writes passed mods_max_bytes() (some were then
  * not recorded, so the recipient could not catch up: the migration must abort). */
@@ -1335,48 +1124,30 @@ done:
     return ret;
 }
 
-/* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. The
- * coordinator 'fc' interrupted (shutdown) ends the wait with InterruptedAtShutdown. */
-static int
-wait_steady(shard_state_t *s, shl_op_ctx_t *op, const shl_coord_t *fc, const coord_t *c,
-            shard_donor_t *d, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    bson_iter_t it;
+/* The donor's check before each _recvChunkStatus of wait_steady (mig_wait_steady): the
+ * coordinator interrupted (shutdown) ends the wait with InterruptedAtShutdown, too many
+ * captured writes with ExceededMemoryLimit; a pause of 20 ms between polls. */
+typedef struct steady_check {
+    shard_state_t *s;
+    shl_op_ctx_t *op;
+    const shl_coord_t *fc;
+    shard_donor_t *d;
+} steady_check_t;
 
-    BSON_APPEND_UTF8(&cmd, "_recvChunkStatus", c->ns);
-    BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
-    for (;;) {
-        const char *state = "";
-        if (shl_coord_interrupted(fc)) {
-            SHL_FAIL(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "migration interrupted at shutdown");
-        }
-        SHL_ERR(check_mods_memory(s, d, st));
-        bson_destroy(&reply);
-        SHL_ERR(
-            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-        if (bson_iter_init_find(&it, &reply, "state") && BSON_ITER_HOLDS_UTF8(&it)) {
-            state = bson_iter_utf8(&it, NULL);
-        }
-        if (strcmp(state, "steady") == 0) {
-            break;
-        }
-        if (strcmp(state, "fail") == 0 || strcmp(state, "abort") == 0 ||
-            strcmp(state, "done") == 0) {
-            const char *msg = "";
-            if (bson_iter_init_find(&it, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it)) {
-                msg = bson_iter_utf8(&it, NULL);
-            }
-            SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
-                     "Data transfer error: migration destination shard %s reported state %s: %s",
-                     c->recipient, state, msg);
-        }
-        SHL_ERR(mig_sleep(op, 20, st));
+static int
+steady_check(void *arg, int polls, shl_status_t *st)
+{
+    steady_check_t *k = arg;
+    int ret = 0;
+
+    if (polls > 0) {
+        SHL_ERR(mig_sleep(k->op, 20, st));
     }
+    if (shl_coord_interrupted(k->fc)) {
+        SHL_FAIL(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "migration interrupted at shutdown");
+    }
+    SHL_ERR(check_mods_memory(k->s, k->d, st));
 done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
     return ret;
 }
 
@@ -1417,7 +1188,7 @@ commit_valid_after(shard_state_t *s, const bson_t *recipient_reply)
  */
 typedef struct digest_job {
     shard_state_t *s;
-    const coord_t *c;
+    const mig_coord_t *c;
     const shl_shard_key_pattern_t *kp;
     mig_digest_t digest;
     int ret;
@@ -1440,7 +1211,7 @@ digest_main(void *arg)
 
 /* Start the donor's digest ('started' false: pthread_create failed, run it inline). */
 static void
-digest_start(digest_job_t *j, shard_state_t *s, const coord_t *c,
+digest_start(digest_job_t *j, shard_state_t *s, const mig_coord_t *c,
              const shl_shard_key_pattern_t *kp, bool *started)
 {
     memset(j, 0, sizeof(*j));
@@ -1493,50 +1264,6 @@ done:
     return ret;
 }
 
-static int
-send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
-                      const shl_chunk_version_t *chunk_version, uint64_t valid_after,
-                      const mig_digest_t *digest, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
-
-    if (SHL_FAILPOINT_FIRES(failMigrationCommit)) {
-        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
-                 "Failing _configsvrCommitChunkMigration (failMigrationCommit)");
-    }
-    BSON_APPEND_UTF8(&cmd, "_configsvrCommitChunkMigration", c->ns);
-    BSON_APPEND_UTF8(&cmd, "fromShard", c->donor);
-    BSON_APPEND_UTF8(&cmd, "toShard", c->recipient);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "migratedChunk", &chunk);
-    BSON_APPEND_DOCUMENT(&chunk, "min", c->min);
-    BSON_APPEND_DOCUMENT(&chunk, "max", c->max);
-    BSON_APPEND_TIMESTAMP(&chunk, "lastmod", chunk_version->major, chunk_version->minor);
-    bson_append_document_end(&cmd, &chunk);
-    shl_chunk_version_append(&cmd, "fromShardCollectionVersion", &m->coll_version);
-    if (valid_after != 0) {
-        bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
-                              (uint32_t)(valid_after & 0xffffffffu));
-    }
-    if (digest != NULL) {
-        mig_digest_append(&cmd, MIG_DIGEST_FIELD, digest);
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_UTF8(&wc, "w", "majority");
-    bson_append_document_end(&cmd, &wc);
-    bson_destroy(&reply);
-    SHL_ERR(shard_config_cmd(s, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    if (SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
-        /* The commit happened but its reply is lost: the outcome is unknown here. */
-        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE,
-                 "Network error from failpoint migrationCommitNetworkError");
-    }
-done:
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ret;
-}
-
 /* Refresh the filtering metadata of ns, retrying a few times (the config server may be
  * briefly unreachable). */
 static int
@@ -1565,9 +1292,9 @@ refresh_retrying(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_
  * document goes to resolveDecision or completeMigration.
  */
 typedef struct donor_live {
-    shl_op_ctx_t op;          /* the migration's own operation (a step-down kills it) */
-    coord_t c;                /* the document's facts (its decision lives in the document) */
-    bson_t *req;              /* the _shardsvrMoveRange command (its secondaryThrottle) */
+    shl_op_ctx_t op; /* the migration's own operation (a step-down kills it) */
+    mig_coord_t c;   /* the document's facts (its decision lives in the document) */
+    bson_t *req;     /* the _shardsvrMoveRange command (its secondaryThrottle) */
     bool wait_for_delete;
     shard_coll_meta_t *m;     /* the metadata the range was checked against, until the commit */
     shl_chunk_version_t chunk_version;
@@ -1589,7 +1316,7 @@ static void
 donor_live_free(donor_live_t *l)
 {
     if (l != NULL) {
-        coord_cleanup(&l->c);
+        mig_coord_cleanup(&l->c);
         if (l->req != NULL) {
             bson_destroy(l->req);
         }
@@ -1666,19 +1393,6 @@ donor_stop_live(shard_state_t *s, shard_donor_t *d)
     }
 }
 
-/* Record the live run's decision in the coordinator's document (persisted by the next
- * checkpoint, completeMigration's). */
-static void
-set_decision(shl_coord_t *c, coord_t *mc, int decision)
-{
-    bson_t doc;
-
-    mc->decision = decision;
-    coord_to_bson(mc, &doc);
-    shl_coord_doc_set(c, &doc);
-    bson_destroy(&doc);
-}
-
 /* start (checkpoint: the document inserted): the donor's pending range deletion task. */
 static int
 step_start(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
@@ -1714,7 +1428,7 @@ step_clone(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
     (void)c;
     SHL_ERR(capture_start(s, &l->op, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), &l->op);
-    SHL_ERR(send_recv_chunk_start(s, &l->c, &d->pattern, l->req, st));
+    SHL_ERR(mig_send_recv_chunk_start(shl_coord_remote(c), &l->c, &d->pattern.pattern, l->req, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), &l->op);
     SHL_ERR(shl_op_check_interrupt(&l->op, st)); /* killed by a step-down (shard_step_up.c) */
 done:
@@ -1727,8 +1441,9 @@ step_catch_up(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *
 {
     int ret = 0;
     donor_live_t *l = d->live;
+    steady_check_t k = {.s = s, .op = &l->op, .fc = c, .d = d};
 
-    SHL_ERR(wait_steady(s, &l->op, c, &l->c, d, st));
+    SHL_ERR(mig_wait_steady(shl_coord_remote(c), &l->c, steady_check, &k, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), &l->op);
     SHL_ERR(shl_op_check_interrupt(&l->op, st));
 done:
@@ -1742,7 +1457,7 @@ step_enter_crit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t
 {
     int ret = 0;
     donor_live_t *l = d->live;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_t reply = BSON_INITIALIZER;
 
     (void)c;
     SHL_ERR(shard_crit_enter(s, &l->op, l->c.ns, SHARD_CRIT_WRITES, st));
@@ -1758,10 +1473,8 @@ step_enter_crit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t
         /* The donor's range is final now: digest it while the recipient digests its copy. */
         digest_start(&l->dj, s, &l->c, &d->pattern, &l->digesting);
     }
-    BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", l->c.ns);
-    BSON_APPEND_UTF8(&cmd, "sessionId", l->c.session_id);
     bson_destroy(&reply);
-    SHL_ERR(shard_remote_cmd(s, l->c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(mig_send_recv_chunk_commit(shl_coord_remote(c), &l->c, &reply, st));
     l->valid_after = commit_valid_after(s, &reply);
     SHL_ERR(mig_digest_parse(&reply, MIG_DIGEST_FIELD, &l->recv_digest, &l->has_digest, st));
     SHL_ERR(shard_crit_enter(s, &l->op, l->c.ns, SHARD_CRIT_ALL, st));
@@ -1778,7 +1491,6 @@ step_enter_crit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t
         SHL_FAIL(st, SHL_CODE_NOT_WRITABLE_PRIMARY, "not primary: the migration does not commit");
     }
 done:
-    bson_destroy(&cmd);
     bson_destroy(&reply);
     return ret;
 }
@@ -1788,50 +1500,43 @@ done:
 static int
 step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
 {
-    int ret = 0;
     donor_live_t *l = d->live;
-    bool committed = false;
+    mig_commit_args_t a = {.chunk_version = l->chunk_version,
+                           .coll_version = l->m->coll_version,
+                           .valid_after = l->valid_after,
+                           .digest = l->verify ? &l->dj.digest : NULL};
+    int decision = mig_commit_on_config(shl_coord_remote(c), &l->c, &a, st);
 
-    ret = send_commit_to_config(s, &l->c, l->m, &l->chunk_version, l->valid_after,
-                                l->verify ? &l->dj.digest : NULL, st);
-    if (ret != 0) {
+    if (decision == 0) {
+        /* Still unknown: the request gets the commit's error, resolveDecision goes on asking
+         * (retried by the framework). The range may belong to the recipient now: the donor
+         * forgets what it filtered with before it leaves the critical section, so that no
+         * request is served with it (each loads the config server's, or fails while it
+         * cannot). */
         shl_status_t why = *st;
-        why.code = ret;
-        /* Did the commit happen? Ask the authority before deciding. */
-        shl_status_clear(st);
-        if (ask_config_decision(s, &l->c, &committed, st) != 0) {
-            /* Still unknown: the request gets the commit's error, resolveDecision goes on
-             * asking (retried by the framework). The range may belong to the recipient now:
-             * the donor forgets what it filtered with before it leaves the critical
-             * section, so that no request is served with it (each loads the config
-             * server's, or fails while it cannot). */
-            SHL_LOG_WARNING(SHARDING, 4200202,
-                            "Migration outcome unknown; the coordinator resolves it with the "
-                            "config server",
-                            "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(why.reason));
-            shard_meta_release(l->m);
-            l->m = NULL;
-            if (shard_meta_forget(s, l->c.ns, st) != 0) {
-                SHL_LOG_WARNING(SHARDING, 4200217,
-                                "Could not forget the filtering metadata of a migration "
-                                "with an unknown outcome",
-                                "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(st->reason));
-                shl_status_clear(st);
-            }
-            donor_stop_live(s, d);
-            donor_answer(s, d, why.code, &why);
+        SHL_LOG_WARNING(SHARDING, 4200202,
+                        "Migration outcome unknown; the coordinator resolves it with the "
+                        "config server",
+                        "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(why.reason));
+        shard_meta_release(l->m);
+        l->m = NULL;
+        if (shard_meta_forget(s, l->c.ns, st) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200217,
+                            "Could not forget the filtering metadata of a migration with an "
+                            "unknown outcome",
+                            "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(st->reason));
             shl_status_clear(st);
-            return 0;
         }
-        if (!committed) {
-            *st = why;
-            return why.code;
-        }
+        donor_stop_live(s, d);
+        donor_answer(s, d, why.code, &why);
         shl_status_clear(st);
-        ret = 0;
+        return 0;
+    }
+    if (decision < 0) {
+        return st->code;
     }
     l->committed = true;
-    set_decision(c, &l->c, 1);
+    mig_coord_set_decision(c, &l->c, 1);
     /* The pre-migration metadata must not outlive the migration: the range deleter waits
      * for every holder of metadata that owned the range. */
     shard_meta_release(l->m);
@@ -1910,32 +1615,10 @@ phase_live(shl_coord_t *c, shl_status_t *st)
         l->err_st = *st;
         l->err_st.code = ret;
         donor_stop_live(s, d);
-        set_decision(c, &l->c, -1);
+        mig_coord_set_decision(c, &l->c, -1);
         shl_status_clear(st);
     }
     return 0;
-}
-
-/* resolveDecision (a resumed document without a decision, or a live commit whose outcome
- * stayed unknown): who owns the range now, by the config server, becomes the decision. */
-static int
-phase_resolve_decision(shl_coord_t *c, shl_status_t *st)
-{
-    shard_state_t *s = shl_coord_type_arg(c);
-    coord_t mc;
-    bool committed = false;
-    int ret = 0;
-
-    memset(&mc, 0, sizeof(mc));
-    if (bson_has_field(shl_coord_doc(c), "decision")) {
-        goto done;
-    }
-    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
-    SHL_ERR(ask_config_decision(s, &mc, &committed, st));
-    set_decision(c, &mc, committed ? 1 : -1);
-done:
-    coord_cleanup(&mc);
-    return ret;
 }
 
 /*
@@ -1953,12 +1636,12 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
     bool persisted = false;
     int64_t backoff = 500;
     shl_op_ctx_t op;
-    coord_t mc;
+    mig_coord_t mc;
     int ret = 0;
 
     memset(&mc, 0, sizeof(mc));
     mig_internal_op(s, &op);
-    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    SHL_ERR(mig_coord_parse(shl_coord_doc(c), &mc, st));
     if (d != NULL && !d->live->inserted) {
         donor_answer(s, d, d->live->err, &d->live->err_st); /* nothing persisted nor sent */
         goto done;
@@ -1975,7 +1658,7 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
         ret = persisted ? 0 : persist_phase(c, "completeMigration", st); /* the decision */
         persisted = ret == 0;
         if (ret == 0) {
-            ret = coord_finish(s, &op, &mc, st);
+            ret = coord_finish(s, &op, shl_coord_remote(c), &mc, st);
         }
         if (d != NULL) {
             donor_live_t *l = d->live;
@@ -1998,7 +1681,7 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
         backoff = backoff < 5000 ? backoff * 2 : 5000;
     }
 done:
-    coord_cleanup(&mc);
+    mig_coord_cleanup(&mc);
     return ret;
 }
 
@@ -2042,7 +1725,7 @@ static const shl_coord_phase_t migration_phases[] = {
     {"catchUp", phase_live, false},
     {"enterCriticalSection", phase_live, false},
     {"commitOnConfig", phase_live, false},
-    {"resolveDecision", phase_resolve_decision, false},
+    {"resolveDecision", mig_phase_resolve_decision, false},
     {"completeMigration", phase_complete_migration, false},
 };
 
@@ -2133,7 +1816,7 @@ donor_prepare(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_a
     l->chunk_version = shl_routing_table_chunk_version(m->rt, idx);
     l->m = m;
     m = NULL;
-    coord_to_bson(&l->c, doc);
+    mig_coord_to_bson(&l->c, doc);
     pthread_mutex_lock(&s->mig_mu);
     d->id = l->c.id;
     snprintf(d->session_id, sizeof(d->session_id), "%s", l->c.session_id);
@@ -2185,7 +1868,7 @@ wait_task_deleted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id, shl_
         BSON_APPEND_DOCUMENT_BEGIN(&cmd, "query", &filter);
         shl_uuid_append(&filter, "_id", id);
         bson_append_document_end(&cmd, &filter);
-        ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+        ret = shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, st);
         n = ret == 0 && bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
         bson_destroy(&cmd);
         bson_destroy(&reply);

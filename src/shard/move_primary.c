@@ -33,6 +33,7 @@
 #include "shard/shard_private.h"
 
 #define MP_TIMEOUT_MS 60000
+static const shl_remote_options_t mp_opts = {.timeout_ms = MP_TIMEOUT_MS};
 #define OP_MOVE_PRIMARY "movePrimary"
 /* MongoDB's code for a movePrimary whose clone cannot be continued (7120202). */
 #define MP_CODE_CLONE_FAILED 7120202
@@ -81,18 +82,15 @@ coord_add(mp_coord_t *c, const char *name, const bson_t *options)
     c->ncolls++;
 }
 
-/* A remote command whose reply's first writeError becomes the status. */
+/* A command to 'shard' whose reply is not needed (its writeErrors fail it, remote.h). */
 static int
 remote_write(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
              shl_status_t *st)
 {
-    int ret = 0;
     bson_t reply;
+    int ret = shl_remote_run_shard(&s->remote, shard, db, cmd, &mp_opts, &reply, st);
 
-    SHL_ERR(shard_remote_cmd(s, shard, db, cmd, MP_TIMEOUT_MS, &reply, st));
-    ret = shl_status_from_write_errors(&reply, st);
     bson_destroy(&reply);
-done:
     return ret;
 }
 
@@ -115,7 +113,7 @@ config_read(shard_state_t *s, shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
 
     for (;;) {
         shl_status_t again = SHL_STATUS_INIT;
-        ret = shard_config_cmd(s, "config", cmd, MP_TIMEOUT_MS, reply, st);
+        ret = shl_remote_run_config(&s->remote, "config", cmd, &mp_opts, reply, st);
         if (ret == 0 || !config_unreachable(ret)) {
             break;
         }
@@ -182,9 +180,9 @@ cursor_all(shard_state_t *s, const char *shard, const char *db, const bson_t *cm
         int64_t id;
         bson_destroy(&reply);
         if (shard == NULL) {
-            SHL_ERR(shard_local_cmd(s, db, next, &reply, st));
+            SHL_ERR(shl_remote_run_self(&s->remote, db, next, NULL, &reply, st));
         } else {
-            SHL_ERR(shard_remote_cmd(s, shard, db, next, MP_TIMEOUT_MS, &reply, st));
+            SHL_ERR(shl_remote_run_shard(&s->remote, shard, db, next, &mp_opts, &reply, st));
         }
         nd = mig_cursor_docs(&reply, &docs);
         for (size_t i = 0; i < nd; i++) {
@@ -308,7 +306,7 @@ check_recipient(shard_state_t *s, const mp_coord_t *c, shl_status_t *st)
         if (listed) {
             bson_t cr, *cnt = BCON_NEW("count", BCON_UTF8(name));
             int64_t docs_there = 0;
-            ret = shard_remote_cmd(s, c->to, c->db, cnt, MP_TIMEOUT_MS, &cr, st);
+            ret = shl_remote_run_shard(&s->remote, c->to, c->db, cnt, &mp_opts, &cr, st);
             if (ret == 0 && bson_iter_init_find(&it, &cr, "n")) {
                 docs_there = bson_iter_as_int64(&it);
             }
@@ -436,7 +434,7 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
 
     BSON_APPEND_UTF8(&li, "listIndexes", coll);
     bson_destroy(&lreply);
-    SHL_ERR(shard_local_cmd(s, c->db, &li, &lreply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, c->db, &li, NULL, &lreply, st));
     nidx = mig_cursor_docs(&lreply, &idx);
     BSON_APPEND_UTF8(&ci, "createIndexes", coll);
     BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &specs);
@@ -468,7 +466,7 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
     BSON_APPEND_INT32(&cmd, "batchSize", 1000);
     for (;;) {
         bson_destroy(&reply);
-        SHL_ERR(shard_local_cmd(s, c->db, &cmd, &reply, st));
+        SHL_ERR(shl_remote_run_self(&s->remote, c->db, &cmd, NULL, &reply, st));
         bson_free(docs);
         n = mig_cursor_docs(&reply, &docs);
         cursor_id = mig_cursor_id(&reply);
@@ -492,7 +490,7 @@ done:
         BSON_APPEND_ARRAY_BEGIN(&kc, "cursors", &arr);
         BSON_APPEND_INT64(&arr, "0", cursor_id);
         bson_append_array_end(&kc, &arr);
-        shard_local_cmd(s, c->db, &kc, &kr, &ignored);
+        shl_remote_run_self(&s->remote, c->db, &kc, NULL, &kr, &ignored);
         bson_destroy(&kr);
         bson_destroy(&kc);
     }
@@ -517,7 +515,7 @@ drop_all(shard_state_t *s, const mp_coord_t *c, const char *shard, shl_status_t 
         bson_t *drop = BCON_NEW("drop", BCON_UTF8(c->colls[i]));
         if (shard == NULL) {
             bson_t reply;
-            ret = shard_local_cmd(s, c->db, drop, &reply, st);
+            ret = shl_remote_run_self(&s->remote, c->db, drop, NULL, &reply, st);
             bson_destroy(&reply);
         } else {
             ret = remote_write(s, shard, c->db, drop, st);
@@ -548,7 +546,7 @@ ask_config_decision(shard_state_t *s, const mp_coord_t *c, bool *committed, shl_
 
     *committed = false;
     bson_destroy(&reply);
-    SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &reply, st));
+    SHL_ERR(shl_remote_run_config(&s->remote, "config", q, &mp_opts, &reply, st));
     n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && bson_iter_init_find(&it, &docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
         *committed = strcmp(bson_iter_utf8(&it, NULL), c->to) == 0;
@@ -574,7 +572,7 @@ send_commit(shard_state_t *s, const mp_coord_t *c, const shl_database_version_t 
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
-    ret = shard_config_cmd(s, "admin", &cmd, MP_TIMEOUT_MS, &reply, st);
+    ret = shl_remote_run_config(&s->remote, "admin", &cmd, &mp_opts, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
@@ -621,7 +619,7 @@ log_start(shard_state_t *s, const char *db, const char *from, const char *to)
     bson_append_document_end(&docs, &doc);
     bson_append_array_end(&cmd, &docs);
     bson_destroy(&reply);
-    if (shard_config_cmd(s, "config", &cmd, MP_TIMEOUT_MS, &reply, &st) != 0) {
+    if (shl_remote_run_config(&s->remote, "config", &cmd, &mp_opts, &reply, &st) != 0) {
         SHL_LOG_WARNING(SHARDING, 4170250, "could not write config.changelog", "what",
                         BCON_UTF8("movePrimary.start"), "error", BCON_UTF8(st.reason));
     }

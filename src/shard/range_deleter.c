@@ -1358,7 +1358,7 @@ shard_orphan_count(void *arg, const uint8_t uuid[16])
     bson_append_document_end(&cmd, &proj);
     BSON_APPEND_INT32(&cmd, "batchSize", 10000);
     bson_destroy(&reply);
-    if (shard_local_cmd(s, "config", &cmd, &reply, &st) == 0) {
+    if (shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, &st) == 0) {
         n = mig_cursor_docs(&reply, &docs);
         for (size_t i = 0; i < n; i++) {
             if (bson_iter_init_find(&it, &docs[i], "numOrphanDocs") &&

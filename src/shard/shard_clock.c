@@ -42,7 +42,7 @@ persist(shard_state_t *s, shl_status_t *st)
                        "upsert", BCON_BOOL(true), "}", "]", "writeConcern", "{", "w",
                        BCON_INT32(1), "j", BCON_BOOL(true), "}");
         bson_destroy(&reply);
-        ret = shard_local_cmd(s, "config", cmd, &reply, st);
+        ret = shl_remote_run_self(&s->remote, "config", cmd, NULL, &reply, st);
         if (ret == 0) {
             s->vc_persisted[0] = cfg;
             s->vc_persisted[1] = top;
@@ -174,7 +174,7 @@ recover(shard_state_t *s, shl_status_t *st)
      * while; past it, start without the persisted times (gossip brings them). */
     for (int64_t waited_ms = 0;; waited_ms += 200) {
         bson_destroy(&reply);
-        ret = shard_local_cmd(s, "config", cmd, &reply, st);
+        ret = shl_remote_run_self(&s->remote, "config", cmd, NULL, &reply, st);
         if (ret != SHL_CODE_NOT_PRIMARY_OR_SECONDARY) {
             break;
         }
@@ -243,9 +243,10 @@ shard_clock_sync(shard_state_t *s)
     bson_t reply;
 
     /* The config server's ConfigTime is at least any this shard ever saw. */
-    if (shard_config_cmd(s, "admin", ping, 5000, &reply, &st) != 0) {
-        SHL_LOG_INFO(SHARDING, 5000111, "could not reach the config server for its times",
-                     "error", BCON_UTF8(st.reason));
+    if (shl_remote_run_config(&s->remote, "admin", ping,
+                              &(shl_remote_options_t){.timeout_ms = 5000}, &reply, &st) != 0) {
+        SHL_LOG_INFO(SHARDING, 5000111, "could not reach the config server for its times", "error",
+                     BCON_UTF8(st.reason));
     }
     bson_destroy(&reply);
     bson_destroy(ping);

@@ -369,15 +369,6 @@ bool shard_migration_observing(void *arg, const char *ns);
  * for a missing decision, then the commit or abort sequence). Returns once they started. */
 void shard_migration_recover_async(shard_state_t *s);
 
-/* shard_local_cmd -- run 'cmd' on local database 'db' in-process (unversioned); an error
- * reply and the first writeError become the status; *reply always initialised. */
-int shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *reply,
-                    shl_status_t *st);
-
-/* shard_remote_cmd -- run 'cmd' on database 'db' of shard 'shard' (by name). */
-int shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
-                     int64_t timeout_ms, bson_t *reply, shl_status_t *st);
-
 /* shard_net_get -- the shard's connection pool and shard registry, created on first use
  * (borrowed until shutdown). Errors: ShardingStateNotInitialized before _addShard. */
 int shard_net_get(shard_state_t *s, shl_conn_pool_t **pool, shl_shard_registry_t **registry,
@@ -403,10 +394,6 @@ int shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, 
  * unblock) new DDL coordinators and movePrimary, and wait for the running ones to end. */
 int shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
 void shard_txn_coord_shutdown(shard_state_t *s);
-
-/* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */
-int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t timeout_ms,
-                     bson_t *reply, shl_status_t *st);
 
 /* shard_recipient_abort_all -- shutdown: stop an incoming migration's thread. */
 void shard_recipient_shutdown(shard_state_t *s);

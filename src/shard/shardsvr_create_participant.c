@@ -18,15 +18,13 @@
 #include "shard/shard_private.h"
 #include "storage/catalog.h"
 
-/* Run a local command in-process; its error becomes the status. */
+/* Run a command on this shard (remote.h's self target) whose reply is not needed. */
 static int
 local_cmd(shl_op_ctx_t *op, const char *db, const bson_t *cmd, shl_status_t *st)
 {
     bson_t reply;
-    int ret;
+    int ret = shl_remote_run_self(&shard_state(op)->remote, db, cmd, NULL, &reply, st);
 
-    shl_service_run_command(op->svc, NULL, cmd, db, &reply);
-    ret = shl_status_from_reply(&reply, st);
     bson_destroy(&reply);
     return ret;
 }

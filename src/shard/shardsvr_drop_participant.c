@@ -91,7 +91,7 @@ shard_critical_section_persist(shard_state_t *s, const char *const *names, size_
     BSON_APPEND_INT32(&wc, "w", 1);
     BSON_APPEND_BOOL(&wc, "j", true);
     bson_append_document_end(&cmd, &wc);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, st));
 done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -139,7 +139,7 @@ drop_range_tasks(shard_state_t *s, const bson_t *q, shl_status_t *st)
     BSON_APPEND_INT32(&one, "limit", 0);
     bson_append_document_end(&arr, &one);
     bson_append_array_end(&cmd, &arr);
-    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+    ret = shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         shl_status_clear(st);
         ret = 0;
@@ -154,7 +154,7 @@ static int
 local_drop(shard_state_t *s, const char *db, const bson_t *cmd, shl_status_t *st)
 {
     bson_t reply = BSON_INITIALIZER;
-    int ret = shard_local_cmd(s, db, cmd, &reply, st);
+    int ret = shl_remote_run_self(&s->remote, db, cmd, NULL, &reply, st);
 
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         shl_status_clear(st);

@@ -146,7 +146,7 @@ rename_range_deletions(shard_state_t *s, const shl_ns_t *from, const shl_ns_t *t
     BSON_APPEND_INT32(&u, "w", 1);
     BSON_APPEND_BOOL(&u, "j", true);
     bson_append_document_end(&cmd, &u);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    SHL_ERR(shl_remote_run_self(&s->remote, "config", &cmd, NULL, &reply, st));
     shard_range_deleter_wake(s);
 done:
     bson_destroy(&cmd);
@@ -213,7 +213,7 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         BSON_APPEND_UTF8(&rcmd, "renameCollection", from.full);
         BSON_APPEND_UTF8(&rcmd, "to", to.full);
         BSON_APPEND_BOOL(&rcmd, "dropTarget", drop_target);
-        SHL_ERR(shard_local_cmd(s, "admin", &rcmd, &rreply, st));
+        SHL_ERR(shl_remote_run_self(&s->remote, "admin", &rcmd, NULL, &rreply, st));
         SHL_LOG_INFO(SHARDING, 4630101, "renamed the local collection", "from",
                      BCON_UTF8(from.full), "to", BCON_UTF8(to.full));
     }

@@ -205,6 +205,33 @@ shl_remote_run(const shl_remote_t *r, const shl_remote_target_t *target, const c
     return ret;
 }
 
+int
+shl_remote_run_self(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                    const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_self();
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
+int
+shl_remote_run_config(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                      const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_config();
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
+int
+shl_remote_run_shard(const shl_remote_t *r, const char *shard_id, const char *db, const bson_t *cmd,
+                     const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st)
+{
+    shl_remote_target_t t = shl_remote_target_shard(shard_id);
+
+    return shl_remote_run(r, &t, db, cmd, opts, reply, st);
+}
+
 void
 shl_remote_results_cleanup(shl_remote_result_t *results, size_t n)
 {
@@ -287,6 +314,20 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
     }
     if (m == 0) {
         run_selves(&batch);
+    } else if (m == 1 && batch.n == 0) {
+        /* One request alone: the client's single call, which also follows a replica set's
+         * failover (a member refusing or gone: the next primary, net/client.h). */
+        shl_remote_result_t *res = &results[index[0]];
+        shl_status_t st = SHL_STATUS_INIT;
+        int code;
+
+        bson_destroy(&res->reply);
+        code = shl_client_run(real->pool, fr[0].host, fr[0].db, fr[0].cmd, timeout_ms,
+                              &res->reply, &st);
+        if (res->reply.len <= 5 && code != 0) {
+            res->code = code;
+            res->status = st;
+        }
     } else {
         shl_fanout_result_t *fres = bson_malloc0(sizeof *fres * m);
 

@@ -114,6 +114,19 @@ int shl_remote_run(const shl_remote_t *r, const shl_remote_target_t *target, con
                    shl_status_t *st);
 
 /*
+ * shl_remote_run_self / _config / _shard --
+ *     shl_remote_run to this process, the config server, or shard 'shard_id'; the same
+ *     contract (the same reply-to-status policy).
+ */
+int shl_remote_run_self(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                        const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st);
+int shl_remote_run_config(const shl_remote_t *r, const char *db, const bson_t *cmd,
+                          const shl_remote_options_t *opts, bson_t *reply, shl_status_t *st);
+int shl_remote_run_shard(const shl_remote_t *r, const char *shard_id, const char *db,
+                         const bson_t *cmd, const shl_remote_options_t *opts, bson_t *reply,
+                         shl_status_t *st);
+
+/*
  * shl_remote_run_many --
  *     The same for n requests sent at once; each result is filled as shl_remote_run would.
  *     Retries (if asked for) resend only the requests that failed retryably. Blocks.
