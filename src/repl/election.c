@@ -16,7 +16,7 @@
 #include "bson/bson_iter.h"
 #include "net/topology.h"
 #include "repl/repl_private.h"
-#include "storage/stored_doc.h"
+#include "storage/local_doc.h"
 #include "storage/write.h"
 
 #define ELECTION_NS "local.replset.election"
@@ -41,7 +41,7 @@ store_vote(repl_coord_t *rc, int64_t term, int32_t voted_for, int64_t voted_term
     if (SHL_FAILPOINT_FIRES(failVoteStore)) {
         shl_status_set(&st, SHL_CODE_INTERNAL_ERROR, "failVoteStore fail point");
         stored = false;
-    } else if (shl_stored_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
+    } else if (shl_local_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
         stored = false;
     }
     if (!stored) {
@@ -60,7 +60,7 @@ repl_election_load(repl_coord_t *rc)
     shl_status_t st = SHL_STATUS_INIT;
     bson_iter_t it;
 
-    if (shl_stored_doc_load(rc->eng, ELECTION_NS, "election", &doc, &found, &st) == 0 && found) {
+    if (shl_local_doc_load(rc->eng, ELECTION_NS, "election", &doc, &found, &st) == 0 && found) {
         if (bson_iter_init_find(&it, &doc, "term") && bson_iter_as_int64(&it) > rc->term) {
             rc->term = bson_iter_as_int64(&it);
         }

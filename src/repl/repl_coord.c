@@ -18,7 +18,7 @@
 #include "repl/repl_private.h"
 #include "storage/oplog.h"
 #include "storage/record_store.h"
-#include "storage/stored_doc.h"
+#include "storage/local_doc.h"
 
 /* Where a member that joined the set starts fetching: {_id: "minvalid", begin: ts}. */
 #define REPL_BEGIN_NS "local.replset.minvalid"
@@ -417,7 +417,7 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
         pthread_mutex_unlock(&rc->mu);
     }
     /* Durable first: a restart finds the set it belongs to. */
-    SHL_ERR(shl_stored_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
+    SHL_ERR(shl_local_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
     BSON_APPEND_UTF8(&begin, "_id", "minvalid");
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", primary);
@@ -425,7 +425,7 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
      * data first, and a restart before that finished starts the copy again (MongoDB's
      * initialSyncFlag). */
     BSON_APPEND_BOOL(&begin, "initialSync", !primary);
-    SHL_ERR(shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
+    SHL_ERR(shl_local_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
     pthread_mutex_lock(&rc->mu);
     set_config_locked(rc, cfg, primary, begin_ts);
     rc->initiator = primary;
@@ -460,7 +460,7 @@ repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st)
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", false);
     BSON_APPEND_BOOL(&begin, "initialSync", false);
-    ret = shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
+    ret = shl_local_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
     bson_destroy(&begin);
     return ret;
 }
@@ -905,13 +905,13 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     install_hooks(svc, rc);
 
     bson_destroy(&doc);
-    SHL_ERR(shl_stored_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
+    SHL_ERR(shl_local_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
     if (found) {
         repl_config_t cfg;
         uint64_t begin_ts = 0, last = 0;
         bool primary, initiator = false, initial_sync = false;
         bson_destroy(&begin);
-        SHL_ERR(shl_stored_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
+        SHL_ERR(shl_local_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
         if (found_begin) {
             bson_iter_t bit;
             begin_ts = repl_optime_ts(&begin, "begin");

@@ -1036,6 +1036,7 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
 
     SHL_ERR(create_system_tables(eng, st));
     SHL_ERR(shl_sizes_create_table(eng, st));
+    SHL_ERR(shl_local_docs_create_table(eng, st));
     SHL_ERR(init_clock(eng, st));
     SHL_ERR(shl_catalog_load(eng, st));
     SHL_ERR(shl_recovery_run(eng, st));

@@ -334,6 +334,9 @@ int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const
 
 /* ---- size_storer.c ---- */
 int shl_sizes_create_table(shl_storage_engine_t *eng, shl_status_t *st);
+
+/* ---- local_doc.c ---- */
+int shl_local_docs_create_table(shl_storage_engine_t *eng, shl_status_t *st);
 /* shl_sizes_load -- the stored sizes (free with shl_sizes_free); find borrows from it. */
 int shl_sizes_load(shl_storage_engine_t *eng, shl_sizes_t **out, shl_status_t *st);
 const shl_size_entry_t *shl_sizes_find(const shl_sizes_t *z, const char *ident);

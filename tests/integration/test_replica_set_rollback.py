@@ -274,11 +274,8 @@ def request_vote(node, term, candidate):
         lastAppliedOpTime={"ts": Timestamp(2 ** 32 - 1, 0), "t": term})
 
 
-@pytest.mark.xfail(reason="issue 18 item 2 open: a set entry that takes the slot of a "
-                   "member's own local.* write replaces its only durable record (repl18f)",
-                   strict=False)
 def test_a_vote_survives_kill_9(rs):
-    """A member's vote is durable on its own (local.replset.election): killed -9 right after
+    """A member's vote is durable on its own (its _local table): killed -9 right after
     it voted, and after the set's entries took the vote's oplog slot where they could (the
     primary's first write of the second, which a secondary not fetching also takes for its
     vote), it does not vote for another candidate in that term after its restart."""
