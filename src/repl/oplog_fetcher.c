@@ -138,6 +138,7 @@ report_position(fetcher_t *f)
     bson_t req = BSON_INITIALIZER, reply, arr, e, rd;
     shl_status_t st = SHL_STATUS_INIT;
     int32_t id, cfgver;
+    int64_t applied_t = repl_coord_term_at(rc, f->applied);
 
     pthread_mutex_lock(&rc->mu);
     id = rc->self >= 0 ? rc->cfg.members[rc->self].id : -1;
@@ -146,9 +147,10 @@ report_position(fetcher_t *f)
     BSON_APPEND_INT32(&req, "replSetUpdatePosition", 1);
     BSON_APPEND_ARRAY_BEGIN(&req, "optimes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &e);
-    repl_append_optime(&e, "durableOpTime", f->applied, rc->term);
+    /* The optime's term is its entry's (not ours now): see repl_optime_cmp. */
+    repl_append_optime(&e, "durableOpTime", f->applied, applied_t);
     BSON_APPEND_DATE_TIME(&e, "durableWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
-    repl_append_optime(&e, "appliedOpTime", f->applied, rc->term);
+    repl_append_optime(&e, "appliedOpTime", f->applied, applied_t);
     BSON_APPEND_DATE_TIME(&e, "appliedWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
     BSON_APPEND_INT32(&e, "memberId", id);
     BSON_APPEND_INT32(&e, "cfgver", cfgver);

@@ -91,6 +91,38 @@ repl_optime_ts(const bson_t *doc, const char *key)
     return SHL_TS_MAKE(secs, inc);
 }
 
+int64_t
+repl_optime_term(const bson_t *doc, const char *key)
+{
+    bson_iter_t it, sub;
+    int64_t t = -1;
+
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "t") && BSON_ITER_HOLDS_NUMBER(&sub)) {
+        t = bson_iter_as_int64(&sub);
+    }
+    return t;
+}
+
+int64_t
+repl_coord_term_at(repl_coord_t *rc, uint64_t ts)
+{
+    bson_t entry;
+    bool found = false;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_iter_t it;
+    int64_t t = -1;
+
+    if (ts != 0 && shl_oplog_read(rc->eng, ts, &entry, &found, &st) == 0 && found &&
+        bson_iter_init_find(&it, &entry, "t") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        t = bson_iter_as_int64(&it);
+    }
+    if (ts != 0) {
+        bson_destroy(&entry);
+    }
+    return t;
+}
+
 /* ------------------------------------------------------------------ progress */
 
 /* This node's own position: everything below the no-holes point is applied (a primary's
@@ -107,7 +139,24 @@ refresh_self_locked(repl_coord_t *rc)
         if (ts > m->durable) {
             m->durable = ts;
         }
+        /* Every entry a primary has is on the winning branch; it writes in its term. */
+        m->applied_t = rc->term;
+        m->durable_t = rc->term;
     }
+}
+
+/* What member i has of this primary's term (its position when its newest entry is of the
+ * term, else 0): a primary commits and acknowledges only entries of its own term, and an
+ * optime of an older term is older than every one of this term whatever its timestamp (a
+ * restarted former primary's divergent newest entry counts for nothing before it rolls
+ * back). With mu held. */
+static uint64_t
+in_term_locked(const repl_coord_t *rc, int i, bool durable)
+{
+    const repl_member_state_t *m = &rc->members[i];
+    int64_t t = durable ? m->durable_t : m->applied_t;
+
+    return t == rc->term ? (durable ? m->durable : m->applied) : 0;
 }
 
 static void
@@ -121,7 +170,7 @@ recompute_commit_point_locked(repl_coord_t *rc)
     }
     refresh_self_locked(rc);
     for (int i = 0; i < rc->cfg.n; i++) {
-        durable[i] = rc->members[i].durable;
+        durable[i] = in_term_locked(rc, i, true);
     }
     cp = repl_commit_point(&rc->cfg, durable);
     if (cp > rc->commit_point) {
@@ -134,13 +183,18 @@ recompute_commit_point_locked(repl_coord_t *rc)
 void
 repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable)
 {
+    int64_t applied_t = repl_coord_term_at(rc, applied);
+    int64_t durable_t = durable == applied ? applied_t : repl_coord_term_at(rc, durable);
+
     pthread_mutex_lock(&rc->mu);
     if (rc->self >= 0) {
         if (applied > rc->members[rc->self].applied) {
             rc->members[rc->self].applied = applied;
+            rc->members[rc->self].applied_t = applied_t;
         }
         if (durable > rc->members[rc->self].durable) {
             rc->members[rc->self].durable = durable;
+            rc->members[rc->self].durable_t = durable_t;
         }
         repl_coord_move_stable_locked(rc);
     }
@@ -149,17 +203,26 @@ repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable)
 }
 
 void
-repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, uint64_t durable)
+repl_member_learn_locked(repl_member_state_t *m, uint64_t applied, int64_t applied_t,
+                         uint64_t durable, int64_t durable_t)
+{
+    if (repl_optime_cmp(applied_t, applied, m->applied_t, m->applied) > 0) {
+        m->applied = applied;
+        m->applied_t = applied_t;
+    }
+    if (repl_optime_cmp(durable_t, durable, m->durable_t, m->durable) > 0) {
+        m->durable = durable;
+        m->durable_t = durable_t;
+    }
+}
+
+void
+repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, int64_t applied_t,
+                         uint64_t durable, int64_t durable_t)
 {
     pthread_mutex_lock(&rc->mu);
     if (rc->configured && idx >= 0 && idx < rc->cfg.n && idx != rc->self) {
-        repl_member_state_t *m = &rc->members[idx];
-        if (applied > m->applied) {
-            m->applied = applied;
-        }
-        if (durable > m->durable) {
-            m->durable = durable;
-        }
+        repl_member_learn_locked(&rc->members[idx], applied, applied_t, durable, durable_t);
         recompute_commit_point_locked(rc);
         pthread_cond_broadcast(&rc->progress);
     }
@@ -583,13 +646,13 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
         } else if (wc->w_tag[0] != '\0') {
             bool reached[REPL_MAX_MEMBERS], found, satisfiable;
             for (int i = 0; i < rc->cfg.n; i++) {
-                reached[i] = !rc->cfg.members[i].arbiter && rc->members[i].applied >= ts;
+                reached[i] = !rc->cfg.members[i].arbiter && in_term_locked(rc, i, false) >= ts;
             }
             repl_config_tag_mode(&rc->cfg, wc->w_tag, reached, &found, &ok, &satisfiable);
         } else {
             uint64_t applied[REPL_MAX_MEMBERS];
             for (int i = 0; i < rc->cfg.n; i++) {
-                applied[i] = rc->members[i].applied;
+                applied[i] = in_term_locked(rc, i, false);
             }
             ok = repl_count_at(&rc->cfg, applied, ts) >= wc->w;
         }
