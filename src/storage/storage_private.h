@@ -199,6 +199,11 @@ struct shl_storage_engine {
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     bool bg_stop; /* guarded by bg_mu */
+    /* MongoDB's first stable checkpoint: once the stable timestamp moves, the checkpointer
+     * takes one at once rather than after syncdelay (a set that lives less than that would
+     * otherwise have none, and a crash would replay everything from the start). */
+    bool first_stable_wanted;       /* guarded by bg_mu */
+    atomic_bool stable_checkpointed; /* a checkpoint with a stable timestamp has run */
     pthread_t flusher, checkpointer;
     bool threads_started;
 

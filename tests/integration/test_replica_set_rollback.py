@@ -383,23 +383,43 @@ def test_a_vote_that_cannot_be_stored_is_not_given(rs):
     wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
 
 
+def reconfig(rs, change):
+    """replSetReconfig on the set's primary with its members changed by change(members),
+    again on the next primary if the primary changed meanwhile (a loaded machine's elections)."""
+    def attempt():
+        p = primary_of(rs)
+        if p is None:
+            return False
+        try:
+            cfg = direct(p).admin.command("replSetGetConfig")["config"]
+            cfg["version"] += 1
+            cfg["members"] = change(cfg["members"])
+            direct(p).admin.command("replSetReconfig", cfg)
+            return True
+        except (pymongo.errors.NotMasterError, pymongo.errors.AutoReconnect):
+            return False
+    wait_until(attempt, 30, "a reconfig on the primary")
+
+
 def test_a_joined_member_killed_after_its_initial_sync_does_not_sync_again(rs, request):
-    """A member that joined by initial sync keeps its 'initial sync done' flag through kill -9
-    right after the sync ended (the flag is a write of its own, in its _local table): it
-    restarts as a SECONDARY that catches up from the set, not with a new initial sync."""
-    primary = primary_of(rs)
+    """A member that joined by initial sync keeps its 'initial sync done' flag and the data it
+    cloned through kill -9 right after it became SECONDARY (the clone is in a stable checkpoint
+    and the flag, a write of its own in its _local table, is stored before it leaves STARTUP2):
+    it restarts as a SECONDARY that catches up from the set, not with a new initial sync."""
+    wait_until(lambda: primary_of(rs) is not None, 30, "a primary")
+    direct(primary_of(rs)).test.command("insert", "joined", documents=[{"_id": "cloned"}],
+                                        writeConcern={"w": "majority"})
     late = ShaleProcess(["node", "--replSet", SET], name="rb-late")
     late.start()
     try:
-        cfg = direct(primary).admin.command("replSetGetConfig")["config"]
-        cfg["version"] += 1
-        cfg["members"].append({"_id": 9, "host": late.host, "votes": 0, "priority": 0})
-        direct(primary).admin.command("replSetReconfig", cfg)
+        reconfig(rs, lambda members: members + [
+            {"_id": 9, "host": late.host, "votes": 0, "priority": 0}])
         wait_until(lambda: direct(late).admin.command("replSetGetStatus")["myState"] == 2, 30,
                    "the added member syncs and is a secondary")
         late.kill()
         assert sum('"id":2180040' in line for line in late.read_log().splitlines()) == 1
-        direct(primary).test.joined.insert_one({"_id": "after the kill"})
+        wait_until(lambda: primary_of(rs) is not None, 30, "a primary")
+        direct(primary_of(rs)).test.joined.insert_one({"_id": "after the kill"})
         late.start()
         wait_until(lambda: direct(late).admin.command("replSetGetStatus")["myState"] == 2, 30,
                    "the restarted member is a secondary")
@@ -407,9 +427,11 @@ def test_a_joined_member_killed_after_its_initial_sync_does_not_sync_again(rs, r
             {"_id": "after the kill"}) is not None, 20, "the restarted member catches up")
         assert sum('"id":2180040' in line for line in late.read_log().splitlines()) == 1, \
             "a new initial sync ran"
-        cfg["version"] += 1
-        cfg["members"] = cfg["members"][:-1]
-        direct(primary_of(rs)).admin.command("replSetReconfig", cfg)
+        # what the initial sync cloned is durable too (it was in a stable checkpoint before
+        # the member left STARTUP2)
+        assert direct(late, readPreference="secondaryPreferred").test.joined.find_one(
+            {"_id": "cloned"}) is not None
+        reconfig(rs, lambda members: [m for m in members if m["host"] != late.host])
     finally:
         failed = request.node.session.testsfailed > 0
         cleanup_later([late], lambda i, p: "replica-set-rollback-late" if failed else None)
