@@ -107,19 +107,42 @@ repl_optime_term(const bson_t *doc, const char *key)
 int64_t
 repl_coord_term_at(repl_coord_t *rc, uint64_t ts)
 {
-    bson_t entry;
-    bool found = false;
+    shl_storage_txn_t *txn = NULL;
+    shl_record_cursor_t *cur = NULL;
+    shl_collection_t *oplog = NULL;
     shl_status_t st = SHL_STATUS_INIT;
-    bson_iter_t it;
     int64_t t = -1;
 
-    if (ts != 0 && shl_oplog_read(rc->eng, ts, &entry, &found, &st) == 0 && found &&
-        bson_iter_init_find(&it, &entry, "t") && BSON_ITER_HOLDS_NUMBER(&it)) {
-        t = bson_iter_as_int64(&it);
+    if (ts == 0) {
+        return t;
     }
-    if (ts != 0) {
-        bson_destroy(&entry);
+    oplog = shl_oplog_collection(rc->eng);
+    /* The newest of the set's entries at or below ts: a position that is no entry's own (a
+     * former primary's no-holes point) is that entry's optime. */
+    if (shl_storage_txn_begin(rc->eng, NULL, &txn, &st) == 0 &&
+        shl_record_cursor_open(txn, oplog, false, &cur, &st) == 0) {
+        shl_record_cursor_seek(cur, (int64_t)ts);
+        for (;;) {
+            int64_t rid = 0;
+            bson_t doc;
+            bool eof = true;
+            bson_iter_t it;
+            if (shl_record_cursor_next(cur, &rid, &doc, &eof, &st) != 0 || eof) {
+                break;
+            }
+            if (bson_iter_init_find(&it, &doc, "ns") && BSON_ITER_HOLDS_UTF8(&it) &&
+                strncmp(bson_iter_utf8(&it, NULL), "local.", 6) == 0) {
+                continue;
+            }
+            if (bson_iter_init_find(&it, &doc, "t") && BSON_ITER_HOLDS_NUMBER(&it)) {
+                t = bson_iter_as_int64(&it);
+            }
+            break;
+        }
     }
+    shl_record_cursor_close(cur);
+    shl_storage_txn_abort(txn);
+    shl_collection_release(oplog);
     return t;
 }
 

@@ -380,8 +380,9 @@ int64_t repl_optime_term(const bson_t *doc, const char *key);
  */
 int repl_optime_cmp(int64_t at, uint64_t ats, int64_t bt, uint64_t bts);
 
-/* repl_coord_term_at -- the term ('t') of this node's oplog entry at 'ts', -1 when it has
- * none there (or on a read error). Reads storage; call without mu. */
+/* repl_coord_term_at -- the term ('t') of this node's newest entry of the set's at or below
+ * 'ts' (the optime of position 'ts'), -1 when it has none (or on a read error). Reads
+ * storage; call without mu. */
 int64_t repl_coord_term_at(repl_coord_t *rc, uint64_t ts);
 
 /* Step-up / step-down listeners (repl_listeners.c; db/repl_hooks.h's add_listener and
