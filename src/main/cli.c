@@ -6,7 +6,9 @@
 
 #include <string.h>
 
+#include "base/failpoint.h"
 #include "base/options.h"
+#include "bson/bson_util.h"
 
 /* Where MongoDB's getCmdLineOpts puts each flag in 'parsed' (its YAML config layout). */
 typedef struct yaml_place {
@@ -75,6 +77,41 @@ build_parsed(bson_t *parsed, const bool *given, const bson_t *params)
     }
 }
 
+/* --setParameter failpoint.NAME={mode: ..., data: ...} (MongoDB's; with enableTestCommands=1
+ * given before it): the fail point is set before the process starts anything. */
+static int
+set_failpoint(const char *name, const char *json, shl_status_t *st)
+{
+    int ret = 0;
+    shl_failpoint_t *fp = shl_failpoint_find(name);
+    bson_t *spec = NULL, data;
+    bson_error_t err;
+    bson_iter_t mode;
+    int64_t entered = 0;
+
+    if (!shl_opt_bool(SHL_OPT_enableTestCommands)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "failpoint.%s needs enableTestCommands=1 (given before it)", name);
+    }
+    if (fp == NULL) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Unknown fail point '%s'", name);
+    }
+    spec = bson_new_from_json((const uint8_t *)json, -1, &err);
+    if (spec == NULL || !bson_iter_init_find(&mode, spec, "mode")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "failpoint.%s takes {mode: ...}, got '%s'", name, json);
+    }
+    if (shl_bson_get_subdoc(spec, "data", &data)) {
+        SHL_ERR(shl_failpoint_configure(fp, &mode, &data, &entered, st));
+    } else {
+        SHL_ERR(shl_failpoint_configure(fp, &mode, NULL, &entered, st));
+    }
+done:
+    if (spec != NULL) {
+        bson_destroy(spec);
+    }
+    return ret;
+}
+
 static int
 set_parameter(const char *kv, bson_t *params, shl_status_t *st)
 {
@@ -88,6 +125,10 @@ set_parameter(const char *kv, bson_t *params, shl_status_t *st)
     }
     memcpy(name, kv, (size_t)(eq - kv));
     name[eq - kv] = '\0';
+    if (strncmp(name, "failpoint.", 10) == 0) {
+        ret = set_failpoint(name + 10, eq + 1, st);
+        goto done;
+    }
     id = shl_opt_find(name);
     if (id < 0 || !(shl_opt_flags((shl_opt_id_t)id) & SHL_OPT_STARTUP)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Unknown --setParameter '%s'", name);

@@ -21,8 +21,10 @@ newest_member(repl_coord_t *rc, uint64_t mine, uint64_t *target)
     char hosts[REPL_MAX_MEMBERS][256];
     bool ask[REPL_MAX_MEMBERS];
     int n, best = -1;
+    int64_t target_t;
 
     *target = mine;
+    target_t = repl_coord_term_at(rc, mine);
     pthread_mutex_lock(&rc->mu);
     n = rc->cfg.n;
     for (int i = 0; i < n; i++) {
@@ -33,9 +35,13 @@ newest_member(repl_coord_t *rc, uint64_t mine, uint64_t *target)
     for (int i = 0; i < n; i++) {
         shl_status_t st = SHL_STATUS_INIT;
         uint64_t top = 0;
-        if (ask[i] && repl_source_top_replicated(rc, hosts[i], &top, &st) == 0 &&
-            top > *target) {
+        int64_t top_t = -1;
+        /* Newer as an optime (term, timestamp): a restarted former primary's divergent entry
+         * of an older term is no target, whatever its timestamp. */
+        if (ask[i] && repl_source_top_replicated(rc, hosts[i], &top, &top_t, &st) == 0 &&
+            repl_optime_cmp(top_t, top, target_t, *target) > 0) {
             *target = top;
+            target_t = top_t;
             best = i;
         }
     }

@@ -16,7 +16,7 @@
 #include "bson/bson_iter.h"
 #include "net/topology.h"
 #include "repl/repl_private.h"
-#include "storage/stored_doc.h"
+#include "storage/local_doc.h"
 #include "storage/write.h"
 
 #define ELECTION_NS "local.replset.election"
@@ -41,7 +41,7 @@ store_vote(repl_coord_t *rc, int64_t term, int32_t voted_for, int64_t voted_term
     if (SHL_FAILPOINT_FIRES(failVoteStore)) {
         shl_status_set(&st, SHL_CODE_INTERNAL_ERROR, "failVoteStore fail point");
         stored = false;
-    } else if (shl_stored_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
+    } else if (shl_local_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
         stored = false;
     }
     if (!stored) {
@@ -60,7 +60,7 @@ repl_election_load(repl_coord_t *rc)
     shl_status_t st = SHL_STATUS_INIT;
     bson_iter_t it;
 
-    if (shl_stored_doc_load(rc->eng, ELECTION_NS, "election", &doc, &found, &st) == 0 && found) {
+    if (shl_local_doc_load(rc->eng, ELECTION_NS, "election", &doc, &found, &st) == 0 && found) {
         if (bson_iter_init_find(&it, &doc, "term") && bson_iter_as_int64(&it) > rc->term) {
             rc->term = bson_iter_as_int64(&it);
         }
@@ -146,6 +146,7 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     int64_t term = 0, store_term = 0, reply_term;
     int32_t candidate = -1;
     uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated, written;
+    int64_t their_t = repl_optime_term(cmd, "lastAppliedOpTime"), mine_t;
     const char *reason = "";
     bool granted = false, dry = false, store = false;
     int ret = 0;
@@ -160,6 +161,7 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         dry = bson_iter_as_bool(&it);
     }
     last_replicated = repl_coord_last_replicated(rc);
+    /* Our position below is at most last_replicated; its term is read now, without mu. */
     written = shl_storage_all_durable(rc->eng);
     if (shl_storage_stable_ts(rc->eng) > written) {
         written = shl_storage_stable_ts(rc->eng);
@@ -176,13 +178,18 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
      * applied optime): our own local.* writes never count. A stepped-down primary's applied
      * position included them, so it refused candidates that had every replicated entry. */
     mine = voter_position(rc, last_replicated);
+    pthread_mutex_unlock(&rc->mu);
+    mine_t = repl_coord_term_at(rc, mine); /* storage: not under mu */
+    pthread_mutex_lock(&rc->mu);
     if (term < rc->term) {
         reason = "candidate's term is lower than mine";
     } else if (candidate < 0 || candidate >= rc->cfg.n) {
         reason = "candidate is not in my configuration";
     } else if (!dry && rc->voted_term == term && rc->voted_for != candidate) {
         reason = "already voted for another candidate in this term";
-    } else if (their < mine) {
+    } else if (repl_optime_cmp(their_t, their, mine_t, mine) < 0) {
+        /* Raft's log-up-to-date check on optimes (term, timestamp): a candidate whose newest
+         * entry is of an older term is staler whatever its timestamp. */
         reason = "candidate's data is staler than mine";
     } else if (dry && atomic_load(&rc->state) == SHL_REPL_PRIMARY && rc->self >= 0 &&
                rc->cfg.members[candidate].priority <= rc->cfg.members[rc->self].priority) {
@@ -237,7 +244,7 @@ static bool
 request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied, uint64_t *written)
 {
     int n, self, need, votes = 1;
-    int64_t version, seen = 0;
+    int64_t version, seen = 0, applied_t = repl_coord_term_at(rc, applied);
     char hosts[REPL_MAX_MEMBERS][256];
     int32_t member_votes[REPL_MAX_MEMBERS];
     char set[128];
@@ -267,7 +274,7 @@ request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied, uint64
         BSON_APPEND_INT64(&req, "term", term);
         BSON_APPEND_INT32(&req, "candidateIndex", self);
         BSON_APPEND_INT64(&req, "configVersion", version);
-        repl_append_optime(&req, "lastAppliedOpTime", applied, term - 1);
+        repl_append_optime(&req, "lastAppliedOpTime", applied, applied_t);
         if (shl_client_run(rc->pool, hosts[i], "admin", &req, 2000, &reply, &st) == 0) {
             if (bson_iter_init_find(&it, &reply, "voteGranted") && bson_iter_as_bool(&it)) {
                 votes++;
@@ -513,7 +520,8 @@ repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd, s
         for (int i = 0; i < rc->cfg.n && !caught; i++) {
             const repl_member_t *m = &rc->cfg.members[i];
             caught = i != rc->self && rc->members[i].up && m->priority > 0 && m->votes > 0 &&
-                     rc->members[i].applied >= top;
+                     repl_optime_cmp(rc->members[i].applied_t, rc->members[i].applied,
+                                     rc->term, top) >= 0;
         }
         if (caught) {
             break;

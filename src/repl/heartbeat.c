@@ -79,12 +79,8 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
             uint64_t durable = repl_optime_ts(reply, "durableOpTime");
             uint64_t committed = repl_optime_ts(reply, "lastOpCommitted");
             m->last_replicated = repl_optime_ts(reply, "lastReplicatedOpTime");
-            if (applied > m->applied) {
-                m->applied = applied;
-            }
-            if (durable > m->durable) {
-                m->durable = durable;
-            }
+            repl_member_learn_locked(m, applied, repl_optime_term(reply, "opTime"), durable,
+                                     repl_optime_term(reply, "durableOpTime"));
             if (m->state == SHL_REPL_PRIMARY && committed > rc->commit_point &&
                 atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
                 rc->commit_point = committed;

@@ -36,7 +36,36 @@ typedef struct fetcher {
     bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
     uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
     bool delayed;        /* a batch held entries too new for secondaryDelaySecs */
+    bool sync_finishing; /* an initial sync reached minValid: STARTUP2 until its data is in a
+                          * stable checkpoint and the flag is cleared (finish_initial_sync) */
 } fetcher_t;
+
+/* The end of an initial sync: the cloned data (written at the begin timestamp, durable only
+ * through checkpoints) goes into a stable checkpoint first, then the durable "initial sync
+ * done" flag is stored and the member becomes SECONDARY. A kill -9 before that restarts the
+ * copy; after it the member keeps its data (MongoDB: STARTUP2 until initial sync is done).
+ * Waits for the stable timestamp to reach the begin timestamp (the commit point it learns). */
+static int
+finish_initial_sync(fetcher_t *f, shl_status_t *st)
+{
+    repl_coord_t *rc = f->rc;
+    uint64_t begin;
+    int ret = 0;
+
+    pthread_mutex_lock(&rc->mu);
+    begin = rc->begin_ts;
+    pthread_mutex_unlock(&rc->mu);
+    if (shl_storage_stable_ts(rc->eng) < begin) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_checkpoint(rc->eng, st));
+    SHL_ERR(repl_coord_initial_sync_done(rc, st));
+    SHL_LOG_INFO(REPL, 2180042, "initial sync done");
+    f->sync_finishing = false;
+    repl_coord_set_state(rc, SHL_REPL_SECONDARY);
+done:
+    return ret;
+}
 
 /* The array at 'it' as a view. */
 static bool
@@ -138,6 +167,7 @@ report_position(fetcher_t *f)
     bson_t req = BSON_INITIALIZER, reply, arr, e, rd;
     shl_status_t st = SHL_STATUS_INIT;
     int32_t id, cfgver;
+    int64_t applied_t = repl_coord_term_at(rc, f->applied);
 
     pthread_mutex_lock(&rc->mu);
     id = rc->self >= 0 ? rc->cfg.members[rc->self].id : -1;
@@ -146,9 +176,10 @@ report_position(fetcher_t *f)
     BSON_APPEND_INT32(&req, "replSetUpdatePosition", 1);
     BSON_APPEND_ARRAY_BEGIN(&req, "optimes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &e);
-    repl_append_optime(&e, "durableOpTime", f->applied, rc->term);
+    /* The optime's term is its entry's (not ours now): see repl_optime_cmp. */
+    repl_append_optime(&e, "durableOpTime", f->applied, applied_t);
     BSON_APPEND_DATE_TIME(&e, "durableWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
-    repl_append_optime(&e, "appliedOpTime", f->applied, rc->term);
+    repl_append_optime(&e, "appliedOpTime", f->applied, applied_t);
     BSON_APPEND_DATE_TIME(&e, "appliedWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
     BSON_APPEND_INT32(&e, "memberId", id);
     BSON_APPEND_INT32(&e, "cfgver", cfgver);
@@ -248,13 +279,16 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         repl_coord_self_progress(rc, last, last); /* moves the stable pin */
         report_position(f);
         if (f->min_valid != 0 && last >= f->min_valid) {
-            if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
-                SHL_ERR(repl_coord_initial_sync_done(rc, st));
-                SHL_LOG_INFO(REPL, 2180042, "initial sync done");
-            }
             f->min_valid = 0;
-            repl_coord_set_state(rc, SHL_REPL_SECONDARY);
+            if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
+                f->sync_finishing = true;
+            } else {
+                repl_coord_set_state(rc, SHL_REPL_SECONDARY);
+            }
         }
+    }
+    if (f->sync_finishing) {
+        SHL_ERR(finish_initial_sync(f, st));
     }
 done:
     for (size_t i = 0; i < n; i++) {

@@ -15,7 +15,7 @@
 #include "bson/bson_util.h"
 #include "net/topology.h"
 #include "repl/repl_private.h"
-#include "storage/stored_doc.h"
+#include "storage/local_doc.h"
 
 /* How long a reconfig waits for the current configuration to reach a majority. */
 #define COMMIT_WAIT_MS 10000
@@ -64,7 +64,7 @@ repl_coord_adopt_config(repl_coord_t *rc, const repl_config_t *cfg, shl_status_t
     char primary_host[256] = "";
     int old_n, ret = 0;
 
-    SHL_ERR(shl_stored_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
+    SHL_ERR(shl_local_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
     pthread_mutex_lock(&rc->mu);
     old_n = rc->cfg.n;
     memcpy(old, rc->members, sizeof(old));

@@ -284,9 +284,9 @@ append_member_status(repl_coord_t *rc, int i, int64_t now, bson_t *m)
     BSON_APPEND_INT64(m, "uptime",
                       self ? (now - rc->svc->start_wall_ms) / 1000
                            : (ms->up ? (now - ms->up_since_ms) / 1000 : 0));
-    repl_append_optime(m, "optime", applied, rc->term);
+    repl_append_optime(m, "optime", applied, ms->applied_t);
     if (!self) {
-        repl_append_optime(m, "optimeDurable", durable, rc->term);
+        repl_append_optime(m, "optimeDurable", durable, ms->durable_t);
     }
     append_date_of(m, "optimeDate", applied);
     if (!self) {
@@ -439,7 +439,9 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     repl_coord_t *rc = repl_coord_get(op->svc);
     bson_iter_t it;
     bson_t cdoc;
-    uint64_t last_replicated;
+    uint64_t last_replicated, reply_applied = 0;
+    int64_t primary_t = -1;
+    bool with_optimes = false;
     int ret = 0;
 
     if (rc == NULL) {
@@ -520,11 +522,10 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             bson_iter_as_int64(&it) >= 0 && bson_iter_as_int64(&it) < rc->cfg.version) {
             BSON_APPEND_DOCUMENT(reply, "config", &rc->cfg.doc);
         }
-        repl_append_optime(reply, "opTime", applied, rc->term);
-        /* The newest of the set's entries here (its local.* writes excluded): what a candidate
-         * compares itself with for a priority takeover. */
-        repl_append_optime(reply, "lastReplicatedOpTime", last_replicated, rc->term);
-        repl_append_optime(reply, "durableOpTime", applied, rc->term);
+        reply_applied = applied;
+        /* A primary's position (its no-holes point, maybe no entry's) is of its term. */
+        primary_t = state == SHL_REPL_PRIMARY ? rc->term : -1;
+        with_optimes = true;
         append_date_of(reply, "wallTime", applied);
         append_date_of(reply, "durableWallTime", applied);
         if (rc->configured && state == SHL_REPL_PRIMARY) {
@@ -537,6 +538,16 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         repl_append_optime(reply, "lastOpCommitted", rc->commit_point, rc->term);
     }
     pthread_mutex_unlock(&rc->mu);
+    if (with_optimes) {
+        /* Each optime with its entry's term (read without mu): see repl_optime_cmp. */
+        int64_t applied_t = primary_t >= 0 ? primary_t : repl_coord_term_at(rc, reply_applied);
+        repl_append_optime(reply, "opTime", reply_applied, applied_t);
+        /* The newest of the set's entries here (its local.* writes excluded): what a candidate
+         * compares itself with for a priority takeover. */
+        repl_append_optime(reply, "lastReplicatedOpTime", last_replicated,
+                           repl_coord_term_at(rc, last_replicated));
+        repl_append_optime(reply, "durableOpTime", reply_applied, applied_t);
+    }
 done:
     return ret;
 }
@@ -588,7 +599,9 @@ cmd_update_position(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         }
         pthread_mutex_unlock(&rc->mu);
         repl_coord_update_member(rc, idx, repl_optime_ts(&entry, "appliedOpTime"),
-                                 repl_optime_ts(&entry, "durableOpTime"));
+                                 repl_optime_term(&entry, "appliedOpTime"),
+                                 repl_optime_ts(&entry, "durableOpTime"),
+                                 repl_optime_term(&entry, "durableOpTime"));
     }
     pthread_mutex_lock(&rc->mu);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "$replData", &rd);

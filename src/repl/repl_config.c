@@ -590,3 +590,16 @@ repl_count_at(const repl_config_t *cfg, const uint64_t *applied, uint64_t ts)
     }
     return n;
 }
+
+int
+repl_optime_cmp(int64_t at, uint64_t ats, int64_t bt, uint64_t bts)
+{
+    int c = 0;
+
+    if (at != bt) {
+        c = at < bt ? -1 : 1;
+    } else if (ats != bts) {
+        c = ats < bts ? -1 : 1;
+    }
+    return c;
+}

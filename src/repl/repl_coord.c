@@ -18,7 +18,7 @@
 #include "repl/repl_private.h"
 #include "storage/oplog.h"
 #include "storage/record_store.h"
-#include "storage/stored_doc.h"
+#include "storage/local_doc.h"
 
 /* Where a member that joined the set starts fetching: {_id: "minvalid", begin: ts}. */
 #define REPL_BEGIN_NS "local.replset.minvalid"
@@ -91,6 +91,61 @@ repl_optime_ts(const bson_t *doc, const char *key)
     return SHL_TS_MAKE(secs, inc);
 }
 
+int64_t
+repl_optime_term(const bson_t *doc, const char *key)
+{
+    bson_iter_t it, sub;
+    int64_t t = -1;
+
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "t") && BSON_ITER_HOLDS_NUMBER(&sub)) {
+        t = bson_iter_as_int64(&sub);
+    }
+    return t;
+}
+
+int64_t
+repl_coord_term_at(repl_coord_t *rc, uint64_t ts)
+{
+    shl_storage_txn_t *txn = NULL;
+    shl_record_cursor_t *cur = NULL;
+    shl_collection_t *oplog = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    int64_t t = -1;
+
+    if (ts == 0) {
+        return t;
+    }
+    oplog = shl_oplog_collection(rc->eng);
+    /* The newest of the set's entries at or below ts: a position that is no entry's own (a
+     * former primary's no-holes point) is that entry's optime. */
+    if (shl_storage_txn_begin(rc->eng, NULL, &txn, &st) == 0 &&
+        shl_record_cursor_open(txn, oplog, false, &cur, &st) == 0) {
+        shl_record_cursor_seek(cur, (int64_t)ts);
+        for (;;) {
+            int64_t rid = 0;
+            bson_t doc;
+            bool eof = true;
+            bson_iter_t it;
+            if (shl_record_cursor_next(cur, &rid, &doc, &eof, &st) != 0 || eof) {
+                break;
+            }
+            if (bson_iter_init_find(&it, &doc, "ns") && BSON_ITER_HOLDS_UTF8(&it) &&
+                strncmp(bson_iter_utf8(&it, NULL), "local.", 6) == 0) {
+                continue;
+            }
+            if (bson_iter_init_find(&it, &doc, "t") && BSON_ITER_HOLDS_NUMBER(&it)) {
+                t = bson_iter_as_int64(&it);
+            }
+            break;
+        }
+    }
+    shl_record_cursor_close(cur);
+    shl_storage_txn_abort(txn);
+    shl_collection_release(oplog);
+    return t;
+}
+
 /* ------------------------------------------------------------------ progress */
 
 /* This node's own position: everything below the no-holes point is applied (a primary's
@@ -107,7 +162,24 @@ refresh_self_locked(repl_coord_t *rc)
         if (ts > m->durable) {
             m->durable = ts;
         }
+        /* Every entry a primary has is on the winning branch; it writes in its term. */
+        m->applied_t = rc->term;
+        m->durable_t = rc->term;
     }
+}
+
+/* What member i has of this primary's term (its position when its newest entry is of the
+ * term, else 0): a primary commits and acknowledges only entries of its own term, and an
+ * optime of an older term is older than every one of this term whatever its timestamp (a
+ * restarted former primary's divergent newest entry counts for nothing before it rolls
+ * back). With mu held. */
+static uint64_t
+in_term_locked(const repl_coord_t *rc, int i, bool durable)
+{
+    const repl_member_state_t *m = &rc->members[i];
+    int64_t t = durable ? m->durable_t : m->applied_t;
+
+    return t == rc->term ? (durable ? m->durable : m->applied) : 0;
 }
 
 static void
@@ -121,7 +193,7 @@ recompute_commit_point_locked(repl_coord_t *rc)
     }
     refresh_self_locked(rc);
     for (int i = 0; i < rc->cfg.n; i++) {
-        durable[i] = rc->members[i].durable;
+        durable[i] = in_term_locked(rc, i, true);
     }
     cp = repl_commit_point(&rc->cfg, durable);
     if (cp > rc->commit_point) {
@@ -134,13 +206,18 @@ recompute_commit_point_locked(repl_coord_t *rc)
 void
 repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable)
 {
+    int64_t applied_t = repl_coord_term_at(rc, applied);
+    int64_t durable_t = durable == applied ? applied_t : repl_coord_term_at(rc, durable);
+
     pthread_mutex_lock(&rc->mu);
     if (rc->self >= 0) {
         if (applied > rc->members[rc->self].applied) {
             rc->members[rc->self].applied = applied;
+            rc->members[rc->self].applied_t = applied_t;
         }
         if (durable > rc->members[rc->self].durable) {
             rc->members[rc->self].durable = durable;
+            rc->members[rc->self].durable_t = durable_t;
         }
         repl_coord_move_stable_locked(rc);
     }
@@ -149,17 +226,26 @@ repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable)
 }
 
 void
-repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, uint64_t durable)
+repl_member_learn_locked(repl_member_state_t *m, uint64_t applied, int64_t applied_t,
+                         uint64_t durable, int64_t durable_t)
+{
+    if (repl_optime_cmp(applied_t, applied, m->applied_t, m->applied) > 0) {
+        m->applied = applied;
+        m->applied_t = applied_t;
+    }
+    if (repl_optime_cmp(durable_t, durable, m->durable_t, m->durable) > 0) {
+        m->durable = durable;
+        m->durable_t = durable_t;
+    }
+}
+
+void
+repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, int64_t applied_t,
+                         uint64_t durable, int64_t durable_t)
 {
     pthread_mutex_lock(&rc->mu);
     if (rc->configured && idx >= 0 && idx < rc->cfg.n && idx != rc->self) {
-        repl_member_state_t *m = &rc->members[idx];
-        if (applied > m->applied) {
-            m->applied = applied;
-        }
-        if (durable > m->durable) {
-            m->durable = durable;
-        }
+        repl_member_learn_locked(&rc->members[idx], applied, applied_t, durable, durable_t);
         recompute_commit_point_locked(rc);
         pthread_cond_broadcast(&rc->progress);
     }
@@ -417,7 +503,7 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
         pthread_mutex_unlock(&rc->mu);
     }
     /* Durable first: a restart finds the set it belongs to. */
-    SHL_ERR(shl_stored_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
+    SHL_ERR(shl_local_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
     BSON_APPEND_UTF8(&begin, "_id", "minvalid");
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", primary);
@@ -425,7 +511,7 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
      * data first, and a restart before that finished starts the copy again (MongoDB's
      * initialSyncFlag). */
     BSON_APPEND_BOOL(&begin, "initialSync", !primary);
-    SHL_ERR(shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
+    SHL_ERR(shl_local_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
     pthread_mutex_lock(&rc->mu);
     set_config_locked(rc, cfg, primary, begin_ts);
     rc->initiator = primary;
@@ -460,7 +546,7 @@ repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st)
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", false);
     BSON_APPEND_BOOL(&begin, "initialSync", false);
-    ret = shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
+    ret = shl_local_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
     bson_destroy(&begin);
     return ret;
 }
@@ -583,13 +669,13 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
         } else if (wc->w_tag[0] != '\0') {
             bool reached[REPL_MAX_MEMBERS], found, satisfiable;
             for (int i = 0; i < rc->cfg.n; i++) {
-                reached[i] = !rc->cfg.members[i].arbiter && rc->members[i].applied >= ts;
+                reached[i] = !rc->cfg.members[i].arbiter && in_term_locked(rc, i, false) >= ts;
             }
             repl_config_tag_mode(&rc->cfg, wc->w_tag, reached, &found, &ok, &satisfiable);
         } else {
             uint64_t applied[REPL_MAX_MEMBERS];
             for (int i = 0; i < rc->cfg.n; i++) {
-                applied[i] = rc->members[i].applied;
+                applied[i] = in_term_locked(rc, i, false);
             }
             ok = repl_count_at(&rc->cfg, applied, ts) >= wc->w;
         }
@@ -905,13 +991,13 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     install_hooks(svc, rc);
 
     bson_destroy(&doc);
-    SHL_ERR(shl_stored_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
+    SHL_ERR(shl_local_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
     if (found) {
         repl_config_t cfg;
         uint64_t begin_ts = 0, last = 0;
         bool primary, initiator = false, initial_sync = false;
         bson_destroy(&begin);
-        SHL_ERR(shl_stored_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
+        SHL_ERR(shl_local_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
         if (found_begin) {
             bson_iter_t bit;
             begin_ts = repl_optime_ts(&begin, "begin");

@@ -104,6 +104,8 @@ typedef struct repl_member_state {
     shl_repl_state_t state;
     uint64_t applied; /* its last applied optime's ts */
     uint64_t durable; /* its last durable optime's ts */
+    int64_t applied_t; /* the term of its last applied optime (the entry's 't'; -1 none) */
+    int64_t durable_t; /* the term of its last durable optime */
     int64_t term;     /* its term, from heartbeats */
     int64_t last_heartbeat_ms;
     int64_t last_heartbeat_recv_ms;
@@ -199,7 +201,14 @@ void repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durab
 
 /* repl_coord_update_member -- record member 'idx''s reported position; recompute the
  * commit point on a primary. Takes mu. */
-void repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, uint64_t durable);
+void repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, int64_t applied_t,
+                              uint64_t durable, int64_t durable_t);
+
+/* repl_member_learn_locked -- take a member's reported applied / durable optimes where they
+ * are newer, as (term, timestamp), than what is known (a rolled-back member's lower timestamp
+ * of a newer term replaces its divergent one). With mu held. */
+void repl_member_learn_locked(repl_member_state_t *m, uint64_t applied, int64_t applied_t,
+                              uint64_t durable, int64_t durable_t);
 
 /* repl_coord_learn_commit_point -- a secondary learns its sync source's commit point (a
  * confirmed source's moves the stable pin). Takes mu. */
@@ -256,8 +265,9 @@ int repl_source_find(repl_coord_t *rc, const char *host, const char *db, const b
 /* repl_source_top -- the ts of 'host''s newest oplog entry in *top. Errors: those of
  * repl_source_find. */
 int repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st);
-/* repl_source_top_replicated -- the same, of the set's entries only (local.* left out). */
-int repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top,
+/* repl_source_top_replicated -- the same, of the set's entries only (local.* left out), with
+ * that entry's term in *top_t (-1 none). */
+int repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top, int64_t *top_t,
                                shl_status_t *st);
 
 /*
@@ -359,6 +369,21 @@ void repl_append_optime(bson_t *out, const char *key, uint64_t ts, int64_t term)
 
 /* repl_optime_ts -- the ts of an optime document {ts, t} under 'key' in 'doc' (0: none). */
 uint64_t repl_optime_ts(const bson_t *doc, const char *key);
+
+/* repl_optime_term -- the t of an optime document {ts, t} under 'key' in 'doc' (-1: none). */
+int64_t repl_optime_term(const bson_t *doc, const char *key);
+
+/*
+ * repl_optime_cmp --
+ *     Optimes compare as (term, timestamp), term first (MongoDB's OpTime, Raft's log order):
+ *     <0, 0, >0 as (at, ats) is older, equal, newer than (bt, bts). Pure.
+ */
+int repl_optime_cmp(int64_t at, uint64_t ats, int64_t bt, uint64_t bts);
+
+/* repl_coord_term_at -- the term ('t') of this node's newest entry of the set's at or below
+ * 'ts' (the optime of position 'ts'), -1 when it has none (or on a read error). Reads
+ * storage; call without mu. */
+int64_t repl_coord_term_at(repl_coord_t *rc, uint64_t ts);
 
 /* Step-up / step-down listeners (repl_listeners.c; db/repl_hooks.h's add_listener and
  * stop_listeners, 'arg' the coordinator). */

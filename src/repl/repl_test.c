@@ -94,6 +94,16 @@ SHL_TEST(repl_config_errors)
                   93);
 }
 
+SHL_TEST(repl_optimes_compare_term_first)
+{
+    /* A newer term wins whatever the timestamps; within a term the timestamp decides. */
+    ASSERT_INT_EQ(repl_optime_cmp(2, 40, 1, 100), 1);
+    ASSERT_INT_EQ(repl_optime_cmp(1, 100, 2, 40), -1);
+    ASSERT_INT_EQ(repl_optime_cmp(2, 40, 2, 50), -1);
+    ASSERT_INT_EQ(repl_optime_cmp(2, 50, 2, 50), 0);
+    ASSERT_INT_EQ(repl_optime_cmp(-1, 0, 1, 1), -1); /* none is older than any */
+}
+
 SHL_TEST(repl_commit_point_majority)
 {
     shl_status_t st = SHL_STATUS_INIT;

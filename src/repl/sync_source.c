@@ -64,25 +64,37 @@ done:
     return ret;
 }
 
+/* The newest entry seen: its ts and term. */
+typedef struct source_top {
+    uint64_t ts;
+    int64_t t;
+} source_top_t;
+
 static void
 keep_ts(const bson_t *doc, void *arg)
 {
-    uint64_t *ts = arg;
-    uint64_t t = repl_optime_ts(doc, "ts");
+    source_top_t *top = arg;
+    uint64_t ts = repl_optime_ts(doc, "ts");
+    bson_iter_t it;
 
-    if (t > *ts) {
-        *ts = t;
+    if (ts > top->ts) {
+        top->ts = ts;
+        top->t = bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it)
+                     ? bson_iter_as_int64(&it)
+                     : -1;
     }
 }
 
 /* The newest entry of 'host''s oplog ('replicated': of the set's, local.* left out). */
 static int
-source_top(repl_coord_t *rc, const char *host, bool replicated, uint64_t *top, shl_status_t *st)
+source_top(repl_coord_t *rc, const char *host, bool replicated, source_top_t *top,
+           shl_status_t *st)
 {
     bson_t cmd = BSON_INITIALIZER, hint, proj;
     int ret;
 
-    *top = 0;
+    top->ts = 0;
+    top->t = -1;
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     if (replicated) {
         bson_t filter, ns, not;
@@ -99,6 +111,7 @@ source_top(repl_coord_t *rc, const char *host, bool replicated, uint64_t *top, s
     bson_append_document_end(&cmd, &hint);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
     BSON_APPEND_INT32(&proj, "ts", 1);
+    BSON_APPEND_INT32(&proj, "t", 1);
     bson_append_document_end(&cmd, &proj);
     BSON_APPEND_INT32(&cmd, "limit", 1);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
@@ -110,11 +123,21 @@ source_top(repl_coord_t *rc, const char *host, bool replicated, uint64_t *top, s
 int
 repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
 {
-    return source_top(rc, host, false, top, st);
+    source_top_t t;
+    int ret = source_top(rc, host, false, &t, st);
+
+    *top = t.ts;
+    return ret;
 }
 
 int
-repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
+repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top, int64_t *top_t,
+                           shl_status_t *st)
 {
-    return source_top(rc, host, true, top, st);
+    source_top_t t;
+    int ret = source_top(rc, host, true, &t, st);
+
+    *top = t.ts;
+    *top_t = t.t;
+    return ret;
 }

@@ -2144,6 +2144,9 @@ ddl_body(shl_storage_txn_t *txn, ddl_req_t *r, shl_status_t *st)
     case DDL_CREATE:
         ret = body_create(txn, r->ns, r->doc, r->uuid, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS && replay) {
+            /* Replaying a create of a collection that exists (recovery from before it, an
+             * entry applied twice): nothing to do, and no error left for the caller to see. */
+            shl_status_clear(st);
             ret = 0;
         }
         break;

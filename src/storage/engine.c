@@ -390,6 +390,14 @@ advance_stable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st)
     }
     while (cur < ts && !atomic_compare_exchange_weak(&eng->stable_ts, &cur, ts)) {
     }
+    if (!atomic_load(&eng->stable_checkpointed)) {
+        pthread_mutex_lock(&eng->bg_mu);
+        if (!eng->first_stable_wanted) {
+            eng->first_stable_wanted = true;
+            pthread_cond_broadcast(&eng->bg_cv);
+        }
+        pthread_mutex_unlock(&eng->bg_mu);
+    }
     while (cur_oldest < oldest && !atomic_compare_exchange_weak(&eng->oldest_ts, &cur_oldest,
                                                                 oldest)) {
     }
@@ -614,6 +622,9 @@ shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st)
     }
     shl_wt_session_put(eng, s);
     s = NULL;
+    if (stable != 0) {
+        atomic_store(&eng->stable_checkpointed, true);
+    }
     process_drops(eng, stable);
     {
         int64_t removed = 0;
@@ -658,6 +669,19 @@ bg_sleep(shl_storage_engine_t *eng, int64_t ms)
     stop = eng->bg_stop;
     pthread_mutex_unlock(&eng->bg_mu);
     return stop;
+}
+
+/* Whether the first stable checkpoint is due now (and no longer wanted once this says so). */
+static bool
+take_first_stable(shl_storage_engine_t *eng)
+{
+    bool due;
+
+    pthread_mutex_lock(&eng->bg_mu);
+    due = eng->first_stable_wanted && !atomic_load(&eng->stable_checkpointed);
+    eng->first_stable_wanted = false;
+    pthread_mutex_unlock(&eng->bg_mu);
+    return due;
 }
 
 /* Whether the background threads were told to stop. */
@@ -734,7 +758,8 @@ checkpointer_main(void *arg)
             int64_t delay =
                 eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s : shl_opt_int(SHL_OPT_syncdelay);
             pending = pending_drops(eng);
-            if (pending < DROPS_CHECKPOINT_THRESHOLD && (delay <= 0 || waited_ms < delay * 1000)) {
+            if (pending < DROPS_CHECKPOINT_THRESHOLD && (delay <= 0 || waited_ms < delay * 1000) &&
+                !(delay > 0 && take_first_stable(eng))) {
                 continue;
             }
         } else if (bg_stopping(eng)) {
@@ -1036,6 +1061,7 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
 
     SHL_ERR(create_system_tables(eng, st));
     SHL_ERR(shl_sizes_create_table(eng, st));
+    SHL_ERR(shl_local_docs_create_table(eng, st));
     SHL_ERR(init_clock(eng, st));
     SHL_ERR(shl_catalog_load(eng, st));
     SHL_ERR(shl_recovery_run(eng, st));

@@ -199,6 +199,11 @@ struct shl_storage_engine {
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     bool bg_stop; /* guarded by bg_mu */
+    /* MongoDB's first stable checkpoint: once the stable timestamp moves, the checkpointer
+     * takes one at once rather than after syncdelay (a set that lives less than that would
+     * otherwise have none, and a crash would replay everything from the start). */
+    bool first_stable_wanted;       /* guarded by bg_mu */
+    atomic_bool stable_checkpointed; /* a checkpoint with a stable timestamp has run */
     pthread_t flusher, checkpointer;
     bool threads_started;
 
@@ -334,6 +339,9 @@ int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const
 
 /* ---- size_storer.c ---- */
 int shl_sizes_create_table(shl_storage_engine_t *eng, shl_status_t *st);
+
+/* ---- local_doc.c ---- */
+int shl_local_docs_create_table(shl_storage_engine_t *eng, shl_status_t *st);
 /* shl_sizes_load -- the stored sizes (free with shl_sizes_free); find borrows from it. */
 int shl_sizes_load(shl_storage_engine_t *eng, shl_sizes_t **out, shl_status_t *st);
 const shl_size_entry_t *shl_sizes_find(const shl_sizes_t *z, const char *ident);

@@ -18,6 +18,7 @@
 #include "bson/bson_util.h"
 #include "storage/catalog.h"
 #include "storage/index.h"
+#include "storage/local_doc.h"
 #include "storage/oplog.h"
 #include "storage/record_store.h"
 #include "storage/storage.h"
@@ -2690,4 +2691,73 @@ SHL_TEST(cursor_cache_reuses_a_slot_per_uri)
     rmrf(dir);
     bson_free(dir);
     tmp_free();
+}
+
+/* A member's own state in _local, stored and then the process crashes (no checkpoint). */
+static void
+local_docs_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    if (shl_local_doc_store(eng, "local.replset.election", T("{'_id': 'election', 'term': 3}"),
+                            &st) != 0 ||
+        shl_local_doc_store(eng, "local.replset.election", T("{'_id': 'election', 'term': 4}"),
+                            &st) != 0) {
+        _exit(3);
+    }
+    tmp_free();
+}
+
+SHL_TEST(local_docs_are_durable_without_checkpoint_or_oplog_entry)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+    shl_status_t st;
+    bson_t doc;
+    bool found = true;
+    uint64_t top = 0;
+
+    crash_after(dir, local_docs_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_local_doc_load(eng, "local.replset.election", "election", &doc, &found,
+                                     &st), 0);
+    ASSERT(found);
+    ASSERT_BSON_EQ(&doc, "{'_id': 'election', 'term': 4}");
+    bson_destroy(&doc);
+    ASSERT_INT_EQ(shl_local_doc_load(eng, "local.replset.minvalid", "election", &doc, &found,
+                                     &st), 0);
+    ASSERT(!found);
+    bson_destroy(&doc);
+    /* No oplog entry, no collection. */
+    ASSERT_INT_EQ(shl_oplog_top(eng, &top, &st), 0);
+    ASSERT_INT_EQ(top, 0);
+    ASSERT(shl_catalog_get(eng, "local.replset.election") == NULL);
+    ASSERT_INT_EQ(shl_local_doc_store(eng, "local.x", T("{'_id': 1}"), &st), SHL_CODE_BAD_VALUE);
+    shl_storage_close(eng);
+    tmp_free();
+    rmrf(dir);
+    bson_free(dir);
+}
+
+SHL_TEST(replayed_create_of_an_existing_collection_leaves_no_error)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_status_t st;
+    uint64_t ts = 0;
+    bson_t entry;
+    bool found = false;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "rp.c", NULL, NULL, &ts, &st), 0);
+    ASSERT_INT_EQ(shl_oplog_read(eng, ts, &entry, &found, &st), 0);
+    ASSERT(found);
+    /* Applied again (recovery from before it, a fetched entry): success, no status left. */
+    shl_status_clear(&st);
+    ASSERT_INT_EQ(shl_oplog_apply(eng, &entry, &st), 0);
+    ASSERT_INT_EQ(st.code, 0);
+    bson_destroy(&entry);
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
 }

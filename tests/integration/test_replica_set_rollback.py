@@ -15,7 +15,8 @@ import pytest
 from bson.timestamp import Timestamp
 from pymongo.write_concern import WriteConcern
 
-from shale_fixtures import cleanup_later, start_replica_set, fail_point, logged, wait_until
+from shale_fixtures import (ShaleProcess, cleanup_later, fail_point, logged, start_replica_set,
+                            wait_until)
 
 SET = "rb"
 
@@ -159,37 +160,8 @@ def test_killed_primary_ahead_of_the_set_applies_the_new_entries(rs):
     member restarts, rolls back and must apply them: its stable timestamp never passed the
     majority commit point (it used to follow its own writes, and every apply then failed
     with "timestamp_transaction: Invalid argument").
-
-    The set's initiator plays the killed primary: another member's own "initial sync done"
-    flag is a local write that kill -9 can lose (the open local-write hole,
-    test_a_vote_survives_kill_9), and it would then resync instead of rolling back."""
-    if primary_of(rs) is not rs[0]:
-        t, out = step_up_in_background(rs[0])
-        t.join(60)
-        assert out and not isinstance(out[0], Exception), out
-    wait_until(lambda: primary_of(rs) is rs[0], 30, "the initiator as primary")
-    old = rs[0]
-    others = [n for n in rs if n is not old]
-    direct(old).test.command("insert", "ahead", documents=[{"_id": "majority"}],
-                             writeConcern={"w": "majority", "wtimeout": 10000})
-    for s in others:
-        fail_point(direct(s), "stopReplProducer", "alwaysOn")
-    try:
-        oc = direct(old)
-        fail_point(oc, "dropHeartbeats", "alwaysOn")
-        ahead = Timestamp(int(time.time()) + 30, 1)
-        with oc.start_session() as sess:
-            sess.advance_cluster_time({"clusterTime": ahead,
-                                       "signature": {"hash": b"\0" * 20, "keyId": 0}})
-            # j: the entries survive the kill, so the restarted member has them to roll back
-            oc.test.get_collection("ahead", write_concern=WriteConcern(w=1, j=True)).insert_many(
-                [{"_id": "lost-%d" % i} for i in range(3)], session=sess)
-        top = newest_entry(old)
-        assert top.time >= ahead.time
-        old.kill()
-    finally:
-        for s in others:
-            fail_point(direct(s), "stopReplProducer", "off")
+"""
+    old, others, top = kill_primary_ahead(rs, "ahead")
     wait_until(lambda: primary_of(others) is not None, 30, "a new primary")
     new = primary_of(others)
     r = direct(new).test.command("insert", "ahead", documents=[{"_id": "kept"}],
@@ -209,6 +181,88 @@ def test_killed_primary_ahead_of_the_set_applies_the_new_entries(rs):
     assert "writeConcernError" not in r
     assert sorted(d["_id"] for d in oc.test.ahead.find()) == ["kept", "kept2", "majority"]
     assert "timestamp_transaction" not in old.read_log()
+
+
+def kill_primary_ahead(rs, coll):
+    """Make the initiator primary with its clock 30 s ahead (a client's $clusterTime moved
+    it) and its heartbeats dropped (no one hears how far), write w:1 entries no one receives
+    (the others' fetchers stopped) into test.<coll>, kill it -9. Returns (killed, the others,
+    its newest entry's ts)."""
+    if primary_of(rs) is not rs[0]:
+        t, out = step_up_in_background(rs[0])
+        t.join(60)
+        assert out and not isinstance(out[0], Exception), out
+    wait_until(lambda: primary_of(rs) is rs[0], 30, "the initiator as primary")
+    old = rs[0]
+    others = [n for n in rs if n is not old]
+    direct(old).test.command("insert", coll, documents=[{"_id": "majority"}],
+                             writeConcern={"w": "majority", "wtimeout": 10000})
+    for s in others:
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        oc = direct(old)
+        fail_point(oc, "dropHeartbeats", "alwaysOn")
+        ahead = Timestamp(int(time.time()) + 30, 1)
+        with oc.start_session() as sess:
+            sess.advance_cluster_time({"clusterTime": ahead,
+                                       "signature": {"hash": b"\0" * 20, "keyId": 0}})
+            # j: the entries survive the kill, so the restarted member has them to roll back
+            oc.test.get_collection(coll, write_concern=WriteConcern(w=1, j=True)).insert_many(
+                [{"_id": "lost-%d" % i} for i in range(3)], session=sess)
+        top = newest_entry(old)
+        assert top.time >= ahead.time
+        old.kill()
+    finally:
+        for s in others:
+            fail_point(direct(s), "stopReplProducer", "off")
+    return old, others, top
+
+
+def test_a_divergent_newest_entry_does_not_count_for_write_concern(rs):
+    """Optimes compare as (term, timestamp): a killed primary restarted with a w:1 entry of
+    its old term whose timestamp is above the new primary's writes (its clock ran ahead) has
+    not reached those writes. Until it rolls back (its fetcher stopped from the start) it
+    counts neither for w:3 nor for the majority (the remaining secondary stopped too); once
+    it has rolled back, w:3 is satisfied."""
+    old, others, top = kill_primary_ahead(rs, "optimes")
+    wait_until(lambda: primary_of(others) is not None, 30, "a new primary")
+    new = primary_of(others)
+    other = [n for n in others if n is not new][0]
+    pc = direct(new)
+    assert "writeConcernError" not in pc.test.command(
+        "insert", "optimes", documents=[{"_id": "kept"}],
+        writeConcern={"w": "majority", "wtimeout": 10000})
+    rollbacks = rollbacks_of(old)
+    old.start(extra=["--setParameter", 'failpoint.stopReplProducer={"mode": "alwaysOn"}'])
+    term = pc.admin.command("replSetGetStatus")["term"]
+
+    def old_reported():
+        m = [m for m in pc.admin.command("replSetGetStatus")["members"]
+             if m["name"] == old.host][0]
+        return m["stateStr"] == "SECONDARY" and m["optime"]["ts"] == top
+    wait_until(old_reported, 30, "the new primary hears the restarted member's position")
+    assert [m["optime"]["t"] for m in pc.admin.command("replSetGetStatus")["members"]
+            if m["name"] == old.host][0] < term
+    r = pc.test.command("insert", "optimes", documents=[{"_id": "w3"}],
+                        writeConcern={"w": 3, "wtimeout": 1500})
+    assert r["writeConcernError"]["code"] == 64, r
+    fail_point(direct(other), "stopReplProducer", "alwaysOn")
+    try:
+        r = pc.test.command("insert", "optimes", documents=[{"_id": "majority2"}],
+                            writeConcern={"w": "majority", "wtimeout": 1500})
+        assert r["writeConcernError"]["code"] == 64, r
+    finally:
+        fail_point(direct(other), "stopReplProducer", "off")
+    assert newest_entry(new) < top  # the condition: the new writes are below its entry
+    assert rollbacks_of(old) == rollbacks
+    fail_point(direct(old), "stopReplProducer", "off")
+    wait_until(lambda: rollbacks_of(old) > rollbacks, 30, "the killed member rolls back")
+    r = pc.test.command("insert", "optimes", documents=[{"_id": "w3b"}],
+                        writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    oc = direct(old, readPreference="secondaryPreferred")
+    assert sorted(d["_id"] for d in oc.test.optimes.find()) == [
+        "kept", "majority", "majority2", "w3", "w3b"]
 
 
 def step_up_in_background(node):
@@ -274,11 +328,8 @@ def request_vote(node, term, candidate):
         lastAppliedOpTime={"ts": Timestamp(2 ** 32 - 1, 0), "t": term})
 
 
-@pytest.mark.xfail(reason="issue 18 item 2 open: a set entry that takes the slot of a "
-                   "member's own local.* write replaces its only durable record (repl18f)",
-                   strict=False)
 def test_a_vote_survives_kill_9(rs):
-    """A member's vote is durable on its own (local.replset.election): killed -9 right after
+    """A member's vote is durable on its own (its _local table): killed -9 right after
     it voted, and after the set's entries took the vote's oplog slot where they could (the
     primary's first write of the second, which a secondary not fetching also takes for its
     vote), it does not vote for another candidate in that term after its restart."""
@@ -330,3 +381,57 @@ def test_a_vote_that_cannot_be_stored_is_not_given(rs):
     finally:
         fail_point(direct(voter), "dropHeartbeats", "off")
     wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
+
+
+def reconfig(rs, change):
+    """replSetReconfig on the set's primary with its members changed by change(members),
+    again on the next primary if the primary changed meanwhile (a loaded machine's elections)."""
+    def attempt():
+        p = primary_of(rs)
+        if p is None:
+            return False
+        try:
+            cfg = direct(p).admin.command("replSetGetConfig")["config"]
+            cfg["version"] += 1
+            cfg["members"] = change(cfg["members"])
+            direct(p).admin.command("replSetReconfig", cfg)
+            return True
+        except (pymongo.errors.NotMasterError, pymongo.errors.AutoReconnect):
+            return False
+    wait_until(attempt, 30, "a reconfig on the primary")
+
+
+def test_a_joined_member_killed_after_its_initial_sync_does_not_sync_again(rs, request):
+    """A member that joined by initial sync keeps its 'initial sync done' flag and the data it
+    cloned through kill -9 right after it became SECONDARY (the clone is in a stable checkpoint
+    and the flag, a write of its own in its _local table, is stored before it leaves STARTUP2):
+    it restarts as a SECONDARY that catches up from the set, not with a new initial sync."""
+    wait_until(lambda: primary_of(rs) is not None, 30, "a primary")
+    direct(primary_of(rs)).test.command("insert", "joined", documents=[{"_id": "cloned"}],
+                                        writeConcern={"w": "majority"})
+    late = ShaleProcess(["node", "--replSet", SET], name="rb-late")
+    late.start()
+    try:
+        reconfig(rs, lambda members: members + [
+            {"_id": 9, "host": late.host, "votes": 0, "priority": 0}])
+        wait_until(lambda: direct(late).admin.command("replSetGetStatus")["myState"] == 2, 30,
+                   "the added member syncs and is a secondary")
+        late.kill()
+        assert sum('"id":2180040' in line for line in late.read_log().splitlines()) == 1
+        wait_until(lambda: primary_of(rs) is not None, 30, "a primary")
+        direct(primary_of(rs)).test.joined.insert_one({"_id": "after the kill"})
+        late.start()
+        wait_until(lambda: direct(late).admin.command("replSetGetStatus")["myState"] == 2, 30,
+                   "the restarted member is a secondary")
+        wait_until(lambda: direct(late, readPreference="secondaryPreferred").test.joined.find_one(
+            {"_id": "after the kill"}) is not None, 20, "the restarted member catches up")
+        assert sum('"id":2180040' in line for line in late.read_log().splitlines()) == 1, \
+            "a new initial sync ran"
+        # what the initial sync cloned is durable too (it was in a stable checkpoint before
+        # the member left STARTUP2)
+        assert direct(late, readPreference="secondaryPreferred").test.joined.find_one(
+            {"_id": "cloned"}) is not None
+        reconfig(rs, lambda members: [m for m in members if m["host"] != late.host])
+    finally:
+        failed = request.node.session.testsfailed > 0
+        cleanup_later([late], lambda i, p: "replica-set-rollback-late" if failed else None)
