@@ -200,6 +200,9 @@ def test_rolled_back_prepare_is_aborted(cluster):
         commit = start_commit(cluster, "pa", "pb", "t5")
         wait_until(lambda: direct(victim).admin.command("serverStatus")["transactions"][
             "currentPrepared"] == 1, 30, "the prepare on the participant's primary")
+        # the prepare entry journaled (it waits for a majority that never comes): the restart
+        # finds it and prepares the transaction again, else there is nothing to roll back
+        direct(victim).admin.command("fsync")
         victim.kill()
     finally:
         for s in others:
