@@ -251,7 +251,8 @@ def test_prepared_at_the_common_point_is_prepared_again(cluster):
     commit.join(60)
     assert commit.done and commit.error is None, commit.error
     rejoin(victim)
-    assert logged(victim, 5100312)  # taken out of storage for the rollback, prepared again
+    # taken out of storage for the rollback, prepared again after it
+    wait_until(lambda: logged(victim, 5100312), 30, "the rollback to take the prepare out")
     wait_until(lambda: committed_everywhere(cluster, "t6"), 30,
                "the transaction committed once on every member")
     assert members_with(cluster["rs"], "pb", "lost6") == [0, 0, 0]
