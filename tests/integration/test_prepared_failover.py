@@ -225,9 +225,23 @@ def test_prepared_at_the_common_point_is_prepared_again(cluster):
     coordinator held before its decision), then takes a j:true write no secondary fetches and
     dies. Back as a secondary it rolls that write back to a common point after the prepare:
     the rollback takes the prepared transaction out of storage first and prepares it again
-    after (as MongoDB reconstructs it), and the member commits it from the decision entry."""
+    after (as MongoDB reconstructs it), and the member commits it from the decision entry.
+
+    The set's initiator plays the killed primary: another member's own "initial sync done"
+    flag is a local write that kill -9 can lose (the open local-write hole), and it would then
+    resync instead of rolling back (its initial sync aborts the prepared transaction)."""
     one = cluster["one"]
-    victim = set_primary(cluster["rs"])
+    victim = cluster["rs"][0]
+
+    def initiator_primary():
+        if set_primary(cluster["rs"]) is victim:
+            return True
+        try:
+            direct(victim).admin.command("replSetStepUp")
+        except PyMongoError:
+            pass  # not caught up yet, or an election in progress
+        return False
+    wait_until(initiator_primary, 30, "the set's initiator as primary")
     others = [n for n in cluster["rs"] if n is not victim]
     reached = hold_coordinator(one, "writingDecision")
     commit = start_commit(cluster, "pa", "pb", "t6")
