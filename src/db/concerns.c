@@ -274,6 +274,14 @@ shl_db_repl_rollback_prepared(const shl_service_ctx_t *svc, uint64_t common)
     return node == NULL ? 0 : db_txn_rollback_prepared_after(node->txns, common);
 }
 
+int
+shl_db_repl_rollback_prepared_done(const shl_service_ctx_t *svc)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node == NULL ? 0 : db_txn_rollback_done(node->txns);
+}
+
 bool
 shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_listener_t *l)
 {

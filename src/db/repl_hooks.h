@@ -102,10 +102,19 @@ int shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, ui
 
 /*
  * shl_db_repl_rollback_prepared --
- *     For repl's rollback to the common point 'common' (before it refetches documents): the
- *     prepared transactions whose prepare entries are after it are rolled back in storage
- *     (MongoDB aborts prepared transactions before a rollback). Returns how many; 0 on a
- *     node without transactions.
+ *     For repl's rollback to the common point 'common' (before it refetches documents) or an
+ *     initial sync ('common' 0, before it drops the databases): every prepared transaction
+ *     leaves storage (MongoDB aborts them before a rollback); those prepared after 'common'
+ *     are aborted for good, the others are held for shl_db_repl_rollback_prepared_done.
+ *     Returns how many were aborted; 0 on a node without transactions.
  */
 int shl_db_repl_rollback_prepared(const shl_service_ctx_t *svc, uint64_t common);
+
+/*
+ * shl_db_repl_rollback_prepared_done --
+ *     The rollback is over (succeeded or not): the transactions shl_db_repl_rollback_prepared
+ *     held are prepared again in storage from their prepare entries, as MongoDB reconstructs
+ *     the transactions still prepared at the common point. Returns how many.
+ */
+int shl_db_repl_rollback_prepared_done(const shl_service_ctx_t *svc);
 #endif

@@ -113,6 +113,10 @@ struct db_txn_registry {
      * then, on a secondary, the oplog applier's (one thread) when a prepare could not be
      * held in storage. */
     recovered_prepare_t *recovered;
+    /* Prepared transactions a rollback took out of storage to prepare again once it is done
+     * (db_txn_rollback_prepared_after / db_txn_rollback_done): the oplog applier's thread,
+     * which runs the rollback, only. */
+    recovered_prepare_t *held;
     /* Set once startup recovery handed its prepared transactions over (before the applier
      * starts): from then on a replayed prepare entry is prepared in storage at once and
      * owned by its session, and a decision entry decides it (a secondary). Read-only after. */
@@ -2295,6 +2299,77 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
 
 /* ---------------------------------------------------------------- rollback */
 
+/* Free 'r' (its pin released). */
+static void
+recovered_free(db_txn_registry_t *reg, recovered_prepare_t *r)
+{
+    if (r->pin_ts != 0) {
+        shl_storage_unpin_stable(reg->eng, r->pin_ts);
+    }
+    bson_destroy(&r->ops);
+    bson_free(r);
+}
+
+/*
+ * Take prepared transaction 't' (its session checked out) out of storage for a rollback to
+ * 'common': one whose prepare entry is after it is aborted for good (the entry leaves the
+ * oplog, no decision will come here); one prepared at or before it goes to reg->held with its
+ * ops (read back from its prepare entry) and its stable pin, to be prepared again when the
+ * rollback is done, as MongoDB reconstructs the transactions still prepared at the common
+ * point. Returns whether it was taken out.
+ */
+static bool
+rollback_take(db_txn_registry_t *reg, db_txn_t *t, uint64_t common)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    recovered_prepare_t *r = NULL;
+    bson_t prep = BSON_INITIALIZER;
+    bool found = false;
+
+    if (t->prepare_ts <= common) {
+        r = bson_aligned_alloc0(BSON_ALIGNOF(recovered_prepare_t), sizeof(*r));
+        bson_init(&r->ops);
+        bson_destroy(&prep);
+        if (shl_oplog_read(reg->eng, t->prepare_ts, &prep, &found, &st) != 0 || !found) {
+            /* Unreachable: the entry is at or before the common point, which stays. */
+            SHL_LOG_WARNING(TXN, 5100313, "rollback could not read a prepare entry back",
+                            "txnNumber", BCON_INT64(t->txn_number), "error",
+                            BCON_UTF8(found ? st.reason : "no such entry"));
+            bson_free(r);
+            r = NULL;
+        } else {
+            bson_destroy(&r->ops);
+            if (shl_oplog_txn_ops(reg->eng, &prep, &r->ops, &st) != 0) {
+                recovered_free(reg, r); /* no pin yet */
+                r = NULL;
+            }
+        }
+    }
+    if (r != NULL) {
+        r->lsid = t->lsid;
+        r->txn_number = t->txn_number;
+        r->prepare_ts = t->prepare_ts;
+        /* The pin passes to the held copy: the stable timestamp stays below the prepare
+         * while nothing holds it in storage. */
+        r->pin_ts = t->pin_ts;
+        t->pin_ts = 0;
+        r->next = reg->held;
+        reg->held = r;
+    }
+    txn_set_state(t, TXN_ABORTED);
+    txn_release(t);
+    if (r != NULL) {
+        SHL_LOG_INFO(TXN, 5100312, "rollback took out a prepared transaction to prepare it again",
+                     "txnNumber", BCON_INT64(t->txn_number), "prepareTimestamp",
+                     BCON_TIMESTAMP(SHL_TS_SECS(r->prepare_ts), SHL_TS_INC(r->prepare_ts)));
+    } else {
+        SHL_LOG_INFO(TXN, 5100311, "rollback aborted a prepared transaction", "txnNumber",
+                     BCON_INT64(t->txn_number));
+    }
+    bson_destroy(&prep);
+    return r == NULL;
+}
+
 int
 db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts)
 {
@@ -2312,16 +2387,12 @@ db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts)
             continue;
         }
         *pp = r->next;
-        if (r->pin_ts != 0) {
-            shl_storage_unpin_stable(reg->eng, r->pin_ts);
-        }
-        bson_destroy(&r->ops);
-        bson_free(r);
+        recovered_free(reg, r);
         n++;
     }
     pthread_mutex_lock(&reg->mu);
     for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
-        if (t->state != TXN_PREPARED || t->prepare_ts <= ts) {
+        if (t->state != TXN_PREPARED) {
             continue;
         }
         if (l.n == l.cap) {
@@ -2346,18 +2417,35 @@ db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts)
         }
         t = *db_session_txn_slot(s);
         if (t != NULL && t->txn_number == l.txn[i] && t->state == TXN_PREPARED &&
-            t->prepare_ts > ts) {
-            /* Its prepare entry leaves the oplog: no decision will ever come for it here. */
-            txn_set_state(t, TXN_ABORTED);
-            txn_release(t);
+            rollback_take(reg, t, ts)) {
             n++;
-            SHL_LOG_INFO(TXN, 5100311, "rollback aborted a prepared transaction", "txnNumber",
-                         BCON_INT64(l.txn[i]));
         }
         db_session_checkin_txn(reg->live, s);
     }
     bson_free(l.v);
     bson_free(l.txn);
+    return n;
+}
+
+int
+db_txn_rollback_done(db_txn_registry_t *reg)
+{
+    int n = 0;
+
+    while (reg != NULL && reg->held != NULL) {
+        shl_status_t st = SHL_STATUS_INIT;
+        recovered_prepare_t *r = reg->held;
+        int64_t txn_number = r->txn_number;
+        reg->held = r->next;
+        r->next = NULL;
+        if (apply_prepare(reg, r, &st) != 0) {
+            /* Its session could not be checked out: the decision entry replays its ops. */
+            SHL_LOG_WARNING(TXN, 5100314, "could not prepare a transaction again after rollback",
+                            "txnNumber", BCON_INT64(txn_number), "error", BCON_UTF8(st.reason));
+            continue;
+        }
+        n++;
+    }
     return n;
 }
 

@@ -245,12 +245,24 @@ int db_txn_recover_prepared(db_txn_registry_t *reg, struct db_session_catalog *c
 
 /*
  * db_txn_rollback_prepared_after --
- *     A secondary's rollback to the common point 'ts': roll back in storage (no oplog entry:
- *     their prepare entries leave the oplog) every prepared transaction whose prepare entry
- *     is after 'ts'; their sessions see them aborted. Before the rollback refetches the
- *     documents their ops touched. Returns how many.
+ *     A secondary's rollback to the common point 'ts' (or an initial sync, 'ts' 0), before it
+ *     changes any document: every prepared transaction leaves storage (no oplog entry), as
+ *     MongoDB aborts them before a rollback. Those whose prepare entries are after 'ts' are
+ *     aborted for good (the entries leave the oplog; their sessions see them aborted, log
+ *     5100311); those prepared at or before it are held, with their stable pins, for
+ *     db_txn_rollback_done. Prepare entries waiting for their decision (not held in storage)
+ *     after 'ts' are dropped. The oplog applier's thread only. Returns how many were aborted.
  */
 int db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts);
+
+/*
+ * db_txn_rollback_done --
+ *     After the rollback (the oplog cut at its common point, documents refetched): prepare
+ *     again the transactions db_txn_rollback_prepared_after held, from their prepare entries
+ *     (MongoDB reconstructs the transactions still prepared at the common point); their
+ *     sessions own them again. The oplog applier's thread only. Returns how many.
+ */
+int db_txn_rollback_done(db_txn_registry_t *reg);
 
 /*
  * db_txn_abort_expired --

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "db/repl_hooks.h"
 #include "repl/repl_private.h"
 #include "storage/catalog.h"
 #include "storage/oplog.h"
@@ -299,6 +300,10 @@ repl_initial_sync(repl_coord_t *rc, const char *host, uint64_t *begin, uint64_t 
     *begin = 0;
     *min_valid = 0;
     SHL_LOG_INFO(REPL, 2180040, "initial sync starting", "source", BCON_UTF8(host));
+    /* Prepared transactions (recovered at start-up by a member whose earlier initial sync did
+     * not finish, as far as it knows) go first: the databases they hold are dropped, and
+     * the decisions for them are before the start point, so none would come. */
+    (void)shl_db_repl_rollback_prepared(rc->svc, 0);
     SHL_ERR(choose_begin(rc, host, begin, st));
     SHL_ERR(drop_databases(rc, *begin, st));
     SHL_ERR(forget_own_entries(rc, st));

@@ -205,6 +205,40 @@ entry_wall_ms(const bson_t *e, uint64_t ts)
     return (int64_t)SHL_TS_SECS(ts) * 1000;
 }
 
+/* The term ('t') of oplog entry 'e'; -1 without one. */
+static int64_t
+entry_term(const bson_t *e)
+{
+    bson_iter_t it;
+
+    return bson_iter_init_find(&it, e, "t") && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
+                                                                           : -1;
+}
+
+/*
+ * Whether the source's first entry 'e' is our entry at fetch_from, as MongoDB's fetcher
+ * checks it: the same optime, timestamp and term. A timestamp alone is not enough: an
+ * entry the set never had (a former primary's, or this member's own) can share its slot with
+ * a different entry of the set's, and taking it for ours would skip every entry of the set's
+ * between our real common point and it (a restarted member missed a decision entry so).
+ * Without an entry of ours there (fetch_from is the set's first entry), the timestamp is it.
+ */
+static bool
+same_optime(fetcher_t *f, const bson_t *e, uint64_t ts)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t mine;
+    bool found = false, same = ts == f->fetch_from;
+
+    bson_init(&mine);
+    if (same && shl_oplog_read(f->rc->eng, f->fetch_from, &mine, &found, &st) == 0 && found &&
+        entry_term(&mine) >= 0 && entry_term(e) >= 0) {
+        same = entry_term(&mine) == entry_term(e);
+    }
+    bson_destroy(&mine);
+    return same;
+}
+
 /* Apply the entries of 'batch' (an array) we do not have yet. */
 static int
 apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
@@ -240,7 +274,7 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
          * resync, initial sync, is not there yet). */
         if (first) {
             first = false;
-            if (ts != f->fetch_from) {
+            if (!same_optime(f, &e, ts)) {
                 f->diverged = true;
                 SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                          "our last optime is not in the sync source's oplog");

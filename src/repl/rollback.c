@@ -420,6 +420,7 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     char stamp[64];
     time_t now = time(NULL);
     struct tm tm;
+    bool held = false;
     int ret = 0;
 
     *common = 0;
@@ -430,9 +431,12 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     pthread_mutex_unlock(&rc->mu);
     SHL_ERR(find_common_point(rc, host, common, st));
     SHL_ERR(collect_docs(rc, *common, &set, &top, st));
-    /* Prepared transactions after the common point go first: their writes hold documents
-     * the refetch replaces, and no decision for them will come. */
+    /* Prepared transactions leave storage first, as MongoDB aborts them before a rollback:
+     * those after the common point for good (their writes hold documents the refetch
+     * replaces, and no decision for them will come); those at or before it are prepared
+     * again once the rollback is done (below). */
     (void)shl_db_repl_rollback_prepared(rc->svc, *common);
+    held = true;
     SHL_LOG_INFO(REPL, 2180030, "rolling back to the common point", "source", BCON_UTF8(host),
                  "commonPoint", BCON_TIMESTAMP(SHL_TS_SECS(*common), SHL_TS_INC(*common)),
                  "rolledBackTo", BCON_TIMESTAMP(SHL_TS_SECS(top), SHL_TS_INC(top)), "documents",
@@ -467,6 +471,9 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
                  BCON_INT64(removed), "minValid",
                  BCON_TIMESTAMP(SHL_TS_SECS(*min_valid), SHL_TS_INC(*min_valid)));
 done:
+    if (held) {
+        (void)shl_db_repl_rollback_prepared_done(rc->svc);
+    }
     if (ret != 0) {
         repl_coord_set_state(rc, SHL_REPL_SECONDARY);
     }

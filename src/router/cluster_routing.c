@@ -639,12 +639,23 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
 /* How many times a request goes again to a shard replica set's new primary. */
 #define RETARGET_ATTEMPTS 3
 
+/* A transaction's decision: commitTransaction, abortTransaction, coordinateCommitTransaction. */
+static bool
+is_decision(const char *name)
+{
+    return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0 ||
+           strcmp(name, "coordinateCommitTransaction") == 0;
+}
+
 /*
  * Whether a request that failed with 'code' on a member of a replica set may go again to the
  * member the replica set monitor now names: one refused because that member is not primary
  * (it did not run) may; one that met a network, shutdown or state-change error only if it is
- * safe to run twice (a retryable write, txnNumber outside a transaction, or a read). Never a
- * statement of a transaction (its participant state lives on the old primary).
+ * safe to run twice (a retryable write, txnNumber outside a transaction, a read, or a
+ * transaction's decision, which mongos sends with its idempotent retry policy: the new
+ * primary holds the prepared participant, or resumes the coordinator, and a repeated decision
+ * answers the same). Never a statement of a transaction (its participant state lives on the
+ * old primary).
  */
 static bool
 retarget_safe(const bson_t *cmd, int code)
@@ -654,7 +665,9 @@ retarget_safe(const bson_t *cmd, int code)
     bson_iter_t it;
     const char *name;
 
-    if (bson_iter_init_find(&it, cmd, "autocommit") || code == SHL_CODE_NETWORK_TIMEOUT) {
+    name = bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
+    if (code == SHL_CODE_NETWORK_TIMEOUT ||
+        (bson_iter_init_find(&it, cmd, "autocommit") && !is_decision(name))) {
         return false;
     }
     if (code == SHL_CODE_NOT_WRITABLE_PRIMARY || code == SHL_CODE_NOT_PRIMARY_NO_SECONDARY_OK ||
@@ -668,7 +681,6 @@ retarget_safe(const bson_t *cmd, int code)
     if (bson_iter_init_find(&it, cmd, "txnNumber")) {
         return true;
     }
-    name = bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
     for (size_t i = 0; reads[i] != NULL; i++) {
         if (strcmp(name, reads[i]) == 0) {
             return true;

@@ -1,6 +1,8 @@
-"""Prepared transactions across a shard failover (issue 18, repl18g): a secondary applying a
-prepare entry holds the transaction prepared, and owns it on step-up; a restart of every
-member brings it back from the oplog; a step-down interrupts the running coordinator at once. Cross-shard transactions through the router (pymongo)
+"""Prepared transactions across a shard failover (issue 18, repl18g, repl18h): a secondary
+applying a prepare entry holds the transaction prepared, and owns it on step-up; a restart of
+every member brings it back from the oplog; a step-down interrupts the running coordinator at
+once; a rollback prepares again what was prepared at its common point. Cross-shard
+transactions through the router (pymongo)
 between a 3-member shard set "rs0" (fast elections) and a single-member shard "one"; the
 coordinator held by hangBeforeCoordinatorPhase while a primary of rs0 is killed -9."""
 
@@ -82,14 +84,6 @@ def rejoin(victim):
                "the killed member back as a secondary")
 
 
-# Flaky on merged main (about 1 run in 2 on a quiet machine, 2026-11-29): a killed member that
-# restarts holding a recovered prepared transaction stays SECONDARY without fetching, so its
-# copy never commits (or rolls back); repl18f's stable-timestamp pinning meets repl18g's
-# prepared-transaction recovery. Issue 18's first item for the next session.
-FLAKY_RESTART = pytest.mark.xfail(reason="issue 18: a restarted member with a recovered "
-                                  "prepared transaction may stop fetching", strict=False)
-
-
 def test_participant_primary_killed_while_prepared(cluster):
     """The participant shard's primary dies after its prepare, before the decision: the new
     primary holds the prepared transaction and commits it when the coordinator asks."""
@@ -115,7 +109,6 @@ def test_participant_primary_killed_while_prepared(cluster):
     assert cluster["router"].client().pb.c.count_documents({"_id": "t1"}) == 1
 
 
-@FLAKY_RESTART
 def test_coordinator_primary_killed_after_decision(cluster):
     """The coordinator shard's primary dies with the commit decision durable: the new primary
     resumes the coordinator and commits its own participant, which it holds prepared."""
@@ -162,12 +155,13 @@ def test_every_member_restarted_while_prepared(cluster):
                "the transaction committed once on every member")
 
 
-@FLAKY_RESTART
 def test_step_down_interrupts_the_coordinator(cluster):
     """replSetStepDown of the coordinator shard's primary while its coordinator is held after
     the decision: the coordinator stops at once (InterruptedDueToReplStateChange, its fail
     point still on), the new primary resumes it from its document and commits everywhere;
-    the stepped-down member commits its own prepared transaction from the decision entry."""
+    the stepped-down member commits its own prepared transaction from the decision entry; the
+    client's commit succeeds (the router sent coordinateCommitTransaction again to the new
+    primary)."""
     victim = set_primary(cluster["rs"])
     reached = hold_coordinator(victim, "waitingForDecisionAcks")
     try:
@@ -185,15 +179,14 @@ def test_step_down_interrupts_the_coordinator(cluster):
     wait_until(lambda: direct(new).config.transaction_coordinators.count_documents({}) == 0, 30,
                "the new primary to finish the resumed coordinator")
     commit.join(60)
-    # the client's commit waited for the coordinator: it got the interruption's error (or,
-    # retried after the election, the new primary's answer); the outcome is the data's
-    assert commit.done or "interrupted due to a replica set state change" in str(commit.error), \
-        commit.error
+    # the client's commit waited for the coordinator, which the step-down interrupted
+    # (InterruptedDueToReplStateChange): the router sends the decision again to the new
+    # primary, as mongos retries it, and the client gets the commit's answer
+    assert commit.done and commit.error is None, commit.error
     wait_until(lambda: committed_everywhere(cluster, "t4"), 30,
                "the transaction committed once on every member")
 
 
-@FLAKY_RESTART
 def test_rolled_back_prepare_is_aborted(cluster):
     """The participant's primary writes its prepare entry, which no secondary fetches, and
     dies: the coordinator aborts (the new primary never heard of the transaction). The old
@@ -207,6 +200,9 @@ def test_rolled_back_prepare_is_aborted(cluster):
         commit = start_commit(cluster, "pa", "pb", "t5")
         wait_until(lambda: direct(victim).admin.command("serverStatus")["transactions"][
             "currentPrepared"] == 1, 30, "the prepare on the participant's primary")
+        # the prepare entry journaled (it waits for a majority that never comes): the restart
+        # finds it and prepares the transaction again, else there is nothing to roll back
+        direct(victim).admin.command("fsync")
         victim.kill()
     finally:
         for s in others:
@@ -222,3 +218,55 @@ def test_rolled_back_prepare_is_aborted(cluster):
     wait_until(lambda: members_with(cluster["rs"], "pb", "t5") == [0, 0, 0], 30,
                "the aborted write gone from every member")
     assert members_with([cluster["one"]], "pa", "t5") == [0]
+
+
+def test_prepared_at_the_common_point_is_prepared_again(cluster):
+    """The participant's primary holds a transaction prepared on every member (the
+    coordinator held before its decision), then takes a j:true write no secondary fetches and
+    dies. Back as a secondary it rolls that write back to a common point after the prepare:
+    the rollback takes the prepared transaction out of storage first and prepares it again
+    after (as MongoDB reconstructs it), and the member commits it from the decision entry.
+
+    The set's initiator plays the killed primary: another member's own "initial sync done"
+    flag is a local write that kill -9 can lose (the open local-write hole), and it would then
+    resync instead of rolling back (its initial sync aborts the prepared transaction)."""
+    one = cluster["one"]
+    victim = cluster["rs"][0]
+
+    def initiator_primary():
+        if set_primary(cluster["rs"]) is victim:
+            return True
+        try:
+            direct(victim).admin.command("replSetStepUp")
+        except PyMongoError:
+            pass  # not caught up yet, or an election in progress
+        return False
+    wait_until(initiator_primary, 30, "the set's initiator as primary")
+    others = [n for n in cluster["rs"] if n is not victim]
+    reached = hold_coordinator(one, "writingDecision")
+    commit = start_commit(cluster, "pa", "pb", "t6")
+    try:
+        reached()
+        wait_until(lambda: all(direct(n).admin.command("serverStatus")["transactions"][
+            "currentPrepared"] == 1 for n in cluster["rs"]), 30, "the prepare on every member")
+        for s in others:
+            fail_point(direct(s), "stopReplProducer", "alwaysOn")
+        try:
+            journaled = pymongo.WriteConcern(w=1, j=True)
+            direct(victim).pb.get_collection("c", write_concern=journaled).insert_one(
+                {"_id": "lost6"})
+            victim.kill()
+        finally:
+            for s in others:
+                fail_point(direct(s), "stopReplProducer", "off")
+        set_primary(others, 30)
+    finally:
+        release_coordinator(one)
+    commit.join(60)
+    assert commit.done and commit.error is None, commit.error
+    rejoin(victim)
+    # taken out of storage for the rollback, prepared again after it
+    wait_until(lambda: logged(victim, 5100312), 30, "the rollback to take the prepare out")
+    wait_until(lambda: committed_everywhere(cluster, "t6"), 30,
+               "the transaction committed once on every member")
+    assert members_with(cluster["rs"], "pb", "lost6") == [0, 0, 0]
