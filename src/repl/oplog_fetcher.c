@@ -38,8 +38,8 @@ typedef struct fetcher {
     bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
     uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
     bool delayed;        /* a batch held entries too new for secondaryDelaySecs */
-    /* Flushes each batch's oplog write while this thread applies it and fetches the next,
-     * then reports the position (reporter.h, repl18j). */
+    /* Flushes each batch's oplog write while this thread applies it, then reports the
+     * position while this thread fetches the next (reporter.h, repl18j). */
     repl_reporter_t reporter;
 } fetcher_t;
 
@@ -223,6 +223,11 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         f->fetch_from = last;
         shl_storage_clock_advance(rc->eng, last);
         repl_reporter_applied(&f->reporter, last);
+        /* The next batch once this one is durable (entries pile up at the source meanwhile:
+         * fewer, larger batches, as before; the report travels while we fetch). */
+        if (!repl_reporter_wait_flushed(&f->reporter, last)) {
+            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "journal flush failed");
+        }
         if (f->min_valid != 0 && last >= f->min_valid) {
             /* Consistent once minValid is applied and durable. */
             if (!repl_reporter_drain(&f->reporter)) {

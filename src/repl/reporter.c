@@ -50,16 +50,35 @@ has_work_locked(const repl_reporter_t *r)
     return (r->written > r->flushed && !r->flush_failed) || ready > r->reported;
 }
 
-/* One step: flush what is written, then report what is both flushed and applied. Called with
- * mu held and has_work_locked(r) true; returns with mu held. Never waits for the apply (a
- * failed one never comes). */
+/* Send what is flushed and applied and not reported yet, if anything. Called with mu held;
+ * returns with it held. */
+static void
+report_locked(repl_reporter_t *r)
+{
+    uint64_t ready = r->applied < r->flushed ? r->applied : r->flushed;
+
+    if (ready > r->reported) {
+        char host[sizeof(r->host)];
+        snprintf(host, sizeof(host), "%s", r->host);
+        pthread_mutex_unlock(&r->mu);
+        repl_coord_self_progress(r->rc, ready, ready); /* moves the stable pin */
+        send_position(r->rc, host, ready);
+        pthread_mutex_lock(&r->mu);
+        if (ready > r->reported) {
+            r->reported = ready;
+        }
+    }
+}
+
+/* One step: report what is both flushed and applied (first: writers wait for it), then flush
+ * what is written, then report what that flush made ready. Called with mu held and
+ * has_work_locked(r) true; returns with mu held. Never waits for the apply (a failed one
+ * never comes: the fetcher's repl_reporter_applied wakes us when it does). */
 static void
 step_locked(repl_reporter_t *r)
 {
-    repl_coord_t *rc = r->rc;
-    uint64_t ready;
-
     r->busy = true;
+    report_locked(r);
     if (r->written > r->flushed && !r->flush_failed) {
         uint64_t target = r->written; /* committed before this flush begins */
         shl_status_t st = SHL_STATUS_INIT;
@@ -67,7 +86,7 @@ step_locked(repl_reporter_t *r)
         pthread_mutex_unlock(&r->mu);
         /* Whatever our durable point says: it follows our clock, which our own writes or a
          * restart's wall clock may have moved past 'target'. */
-        err = shl_storage_wait_durable(rc->eng, 0, &st);
+        err = shl_storage_wait_durable(r->rc->eng, 0, &st);
         pthread_mutex_lock(&r->mu);
         if (err != 0) {
             r->flush_failed = true;
@@ -77,19 +96,8 @@ step_locked(repl_reporter_t *r)
             r->flushed = target;
         }
         pthread_cond_broadcast(&r->cv);
-    }
-    /* The apply usually ended during the flush; else repl_reporter_applied wakes us. */
-    ready = r->applied < r->flushed ? r->applied : r->flushed;
-    if (ready > r->reported) {
-        char host[sizeof(r->host)];
-        snprintf(host, sizeof(host), "%s", r->host);
-        pthread_mutex_unlock(&r->mu);
-        repl_coord_self_progress(rc, ready, ready); /* moves the stable pin */
-        send_position(rc, host, ready);
-        pthread_mutex_lock(&r->mu);
-        if (ready > r->reported) {
-            r->reported = ready;
-        }
+        /* The apply usually ended during the flush. */
+        report_locked(r);
     }
     r->busy = false;
     pthread_cond_broadcast(&r->cv);
@@ -159,6 +167,21 @@ repl_reporter_applied(repl_reporter_t *r, uint64_t ts)
     pthread_cond_broadcast(&r->cv);
     inline_work_locked(r);
     pthread_mutex_unlock(&r->mu);
+}
+
+bool
+repl_reporter_wait_flushed(repl_reporter_t *r, uint64_t ts)
+{
+    bool ok;
+
+    pthread_mutex_lock(&r->mu);
+    inline_work_locked(r);
+    while (r->running && !r->stop && r->flushed < ts && !r->flush_failed) {
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    ok = r->flushed >= ts;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
 }
 
 bool

@@ -4,9 +4,9 @@
  * reporter flushes the journal (while the fetcher applies the batch and fetches the next one),
  * and when the batch is both flushed and applied it moves this member's progress and sends
  * replSetUpdatePosition to the sync source the batch came from, learning the commit point
- * from the reply. So the fetcher's thread waits neither for the fsync nor for the report's
- * round trip, and the report leaves as soon as the fsync ends (no hop between threads on the
- * way when the apply finished first). docs/design/replication.md "Fetching and applying".
+ * from the reply. So the fetcher's thread applies while the fsync runs and fetches its next
+ * batch while the report travels, and the report leaves as soon as the fsync ends (no hop
+ * between threads on the way when the apply finished first). docs/design/replication.md "Fetching and applying".
  * Private to repl; one per fetcher, used by the fetcher's thread only (but the thread it runs).
  */
 #ifndef SHL_REPL_REPORTER_H
@@ -45,6 +45,10 @@ void repl_reporter_written(repl_reporter_t *r, const char *host, uint64_t ts);
 
 /* repl_reporter_applied -- the entries up to 'ts' are applied: once flushed, report them. */
 void repl_reporter_applied(repl_reporter_t *r, uint64_t ts);
+
+/* repl_reporter_wait_flushed -- wait until the entries up to 'ts' (written) are in the journal
+ * (the report may still be on its way). False if the flush failed. */
+bool repl_reporter_wait_flushed(repl_reporter_t *r, uint64_t ts);
 
 /* repl_reporter_drain -- wait until everything written is flushed and what is applied and
  * flushed is reported (before a new sync source, a rollback or a state change: no report
