@@ -1,10 +1,9 @@
 /*
  * oplog_fetcher.c -- a secondary's replication: a tailable, awaitData find over the sync
- * source's local.oplog.rs from the last entry this node has, each batch written to this oplog
- * as received (shl_oplog_write_replicated), then applied at its own timestamps
- * (shl_oplog_apply_written) while the reporter (reporter.h) flushes the journal, and the
- * clock moved past it; the reporter then moves the stable-timestamp pin and reports the new
- * position with replSetUpdatePosition, whose reply carries the commit point.
+ * source's local.oplog.rs from the last entry this node has, batches applied with
+ * shl_oplog_apply_replicated (written to this oplog as received, then applied at their own
+ * timestamps), the clock and the stable-timestamp pin moved past them, and the new position
+ * reported with replSetUpdatePosition, whose reply carries the commit point.
  * docs/design/replication.md "Fetching and applying".
  */
 #include <string.h>
@@ -16,7 +15,6 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "repl/repl_private.h"
-#include "repl/reporter.h"
 #include "storage/oplog.h"
 
 /* How long a getMore waits on the sync source for new entries (awaitData). */
@@ -38,9 +36,6 @@ typedef struct fetcher {
     bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
     uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
     bool delayed;        /* a batch held entries too new for secondaryDelaySecs */
-    /* Flushes each batch's oplog write while this thread applies it, then reports the
-     * position while this thread fetches the next (reporter.h, repl18j). */
-    repl_reporter_t reporter;
 } fetcher_t;
 
 /* The array at 'it' as a view. */
@@ -77,8 +72,6 @@ pause_ms(repl_coord_t *rc, int64_t ms)
 static void
 drop_source(fetcher_t *f)
 {
-    /* No report of what came from this source goes to the next one. */
-    repl_reporter_drain(&f->reporter);
     if (f->conn != NULL) {
         shl_conn_pool_checkin(f->rc->pool, f->conn);
         f->conn = NULL;
@@ -135,6 +128,38 @@ choose_source(fetcher_t *f)
         f->host[0] = '\0';
     }
     return ok;
+}
+
+/* Send our position to the source; learn its commit point from the reply. */
+static void
+report_position(fetcher_t *f)
+{
+    repl_coord_t *rc = f->rc;
+    bson_t req = BSON_INITIALIZER, reply, arr, e, rd;
+    shl_status_t st = SHL_STATUS_INIT;
+    int32_t id, cfgver;
+
+    pthread_mutex_lock(&rc->mu);
+    id = rc->self >= 0 ? rc->cfg.members[rc->self].id : -1;
+    cfgver = (int32_t)rc->cfg.version;
+    pthread_mutex_unlock(&rc->mu);
+    BSON_APPEND_INT32(&req, "replSetUpdatePosition", 1);
+    BSON_APPEND_ARRAY_BEGIN(&req, "optimes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &e);
+    repl_append_optime(&e, "durableOpTime", f->applied, rc->term);
+    BSON_APPEND_DATE_TIME(&e, "durableWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
+    repl_append_optime(&e, "appliedOpTime", f->applied, rc->term);
+    BSON_APPEND_DATE_TIME(&e, "appliedWallTime", (int64_t)SHL_TS_SECS(f->applied) * 1000);
+    BSON_APPEND_INT32(&e, "memberId", id);
+    BSON_APPEND_INT32(&e, "cfgver", cfgver);
+    bson_append_document_end(&arr, &e);
+    bson_append_array_end(&req, &arr);
+    if (shl_client_run(rc->pool, f->host, "admin", &req, 2000, &reply, &st) == 0 &&
+        shl_bson_get_subdoc(&reply, "$replData", &rd)) {
+        repl_coord_learn_commit_point(rc, repl_optime_ts(&rd, "lastOpCommitted"));
+    }
+    bson_destroy(&req);
+    bson_destroy(&reply);
 }
 
 /* When the entry was written: its 'wall' date, else its timestamp's seconds. */
@@ -213,26 +238,16 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         last = ts;
     }
     if (n > 0) {
-        SHL_ERR(shl_oplog_write_replicated(rc->eng, (const bson_t *const *)entries, n, st));
-        /* The batch is durable once this write is in the journal (recovery replays it): the
-         * reporter flushes it while we apply, as MongoDB's journal flusher runs beside its
-         * appliers, and reports it once it is both (this member's progress moves then). */
-        repl_reporter_written(&f->reporter, f->host, last);
-        SHL_ERR(shl_oplog_apply_written(rc->eng, (const bson_t *const *)entries, n, st));
+        SHL_ERR(shl_oplog_apply_replicated(rc->eng, (const bson_t *const *)entries, n, st));
         f->applied = last;
         f->fetch_from = last;
         shl_storage_clock_advance(rc->eng, last);
-        repl_reporter_applied(&f->reporter, last);
-        /* The next batch once this one is durable (entries pile up at the source meanwhile:
-         * fewer, larger batches, as before; the report travels while we fetch). */
-        if (!repl_reporter_wait_flushed(&f->reporter, last)) {
-            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "journal flush failed");
-        }
+        /* Flushed whatever our durable point says: it follows our clock, which our own
+         * writes (or a restart's wall clock) may have moved past 'last'. */
+        SHL_ERR(shl_storage_wait_durable(rc->eng, 0, st));
+        repl_coord_self_progress(rc, last, last); /* moves the stable pin */
+        report_position(f);
         if (f->min_valid != 0 && last >= f->min_valid) {
-            /* Consistent once minValid is applied and durable. */
-            if (!repl_reporter_drain(&f->reporter)) {
-                SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "journal flush failed");
-            }
             if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
                 SHL_ERR(repl_coord_initial_sync_done(rc, st));
                 SHL_LOG_INFO(REPL, 2180042, "initial sync done");
@@ -332,7 +347,6 @@ repl_fetcher_main(void *arg)
     }
     pthread_mutex_unlock(&f.rc->mu);
     repl_coord_self_progress(f.rc, f.applied, f.applied);
-    repl_reporter_start(&f.reporter, f.rc, f.applied);
     while (!f.rc->stop) {
         shl_status_t st = SHL_STATUS_INIT;
 
@@ -356,7 +370,6 @@ repl_fetcher_main(void *arg)
             drop_source(&f);
             f.applied = begin - 1;
             f.fetch_from = begin;
-            repl_reporter_reset(&f.reporter, f.applied);
             continue;
         }
         f.delayed = false;
@@ -387,7 +400,6 @@ repl_fetcher_main(void *arg)
                 if (repl_rollback_run(f.rc, f.host, &common, &f.min_valid, &st) == 0) {
                     f.applied = common;
                     f.fetch_from = common;
-                    repl_reporter_reset(&f.reporter, common);
                     if (f.min_valid <= common) {
                         /* The source has nothing past the common point: consistent now. */
                         f.min_valid = 0;
@@ -404,6 +416,5 @@ repl_fetcher_main(void *arg)
         }
     }
     drop_source(&f);
-    repl_reporter_stop(&f.reporter);
     return NULL;
 }

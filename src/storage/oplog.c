@@ -519,20 +519,16 @@ done:
 }
 
 int
-shl_oplog_write_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
+shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
                            shl_status_t *st)
 {
     raw_batch_t b = {entries, n};
-
-    return n == 0 ? 0 : shl_storage_write_retry(eng, write_raw_unit, &b, NULL, st);
-}
-
-int
-shl_oplog_apply_written(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
-                        shl_status_t *st)
-{
     int ret = 0;
 
+    if (n == 0) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_write_retry(eng, write_raw_unit, &b, NULL, st));
     for (size_t i = 0; i < n; i++) {
         SHL_ERR(shl_oplog_apply(eng, entries[i], st));
         if (eng->opts.replay_derive != NULL) {
@@ -544,15 +540,6 @@ done:
         shl_rs_state_notify(eng->oplog->rs);
     }
     return ret;
-}
-
-int
-shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
-                           shl_status_t *st)
-{
-    int ret = shl_oplog_write_replicated(eng, entries, n, st);
-
-    return ret != 0 ? ret : shl_oplog_apply_written(eng, entries, n, st);
 }
 
 /* Entries removed per transaction when truncating, so no transaction grows large. */

@@ -89,19 +89,6 @@ int shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *e
                                shl_status_t *st);
 
 /*
- * shl_oplog_write_replicated, shl_oplog_apply_written --
- *     The two steps of shl_oplog_apply_replicated, for a caller that overlaps the journal
- *     flush of the first with the second (the fetcher: the batch is durable once the oplog
- *     write is journaled, whether or not it is applied yet). Call them in this order with
- *     the same entries; _written wakes oplog readers. Errors: those of
- *     shl_oplog_apply_replicated.
- */
-int shl_oplog_write_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
-                               shl_status_t *st);
-int shl_oplog_apply_written(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
-                            shl_status_t *st);
-
-/*
  * shl_oplog_read --
  *     The entry at 'ts' (*out always initialised; *found false when there is none), read in
  *     a snapshot of its own. Errors: InternalError.
