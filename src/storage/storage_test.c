@@ -2185,7 +2185,15 @@ crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_
                 crud++;
             }
         }
-        /* The prefix ends after the l-th CRUD op; DDL right after it may also be in. */
+        /* The prefix ends after the l-th CRUD op; the DDL and batch ops right after it are
+         * in when their entries are (the last acknowledged op may be one of them). */
+        while (k < (int64_t)nops && strchr("iud", ops[k].kind) == NULL &&
+               (ops[k].kind == 'C'   ? saw_create
+                : ops[k].kind == 'X' ? saw_index
+                : ops[k].kind == 'B' ? saw_batch
+                                     : saw_drop)) {
+            k++;
+        }
         *out_l = k;
         if (k < min_ops) {
             fprintf(stderr, "round %d: recovered %lld ops < %lld acknowledged durable\n", round,
