@@ -127,9 +127,12 @@ def test_secondary_cursor_get_more(cluster):
     assert [d["_id"] for d in docs] == [i for i in range(200) if i != 6]
     after = {n.host: direct(n).admin.command("serverStatus")["opcounters"]["getmore"]
              for s in cluster["shards"] for n in s}
+    # A getMore sent to a primary would fail (CursorNotFound): the complete result above says
+    # none was. The secondaries served the ~19 getMores of 199 documents in batches of 10 (a
+    # primary's own count also grows with its secondaries' oplog fetching, so it says nothing).
     primaries = {set_primary(s).host for s in cluster["shards"]}
-    served = {h for h in getmores if after[h] > getmores[h]}
-    assert served and not (served & primaries)
+    on_secondaries = sum(after[h] - getmores[h] for h in getmores if h not in primaries)
+    assert on_secondaries >= 17, (getmores, after, primaries)
 
 
 def test_kill_shard_primary_under_majority_writes(cluster):
