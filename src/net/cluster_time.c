@@ -364,7 +364,8 @@ shl_cluster_time_gossip_in(shl_op_ctx_t *op, uint64_t *ts, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Invalid signature hash in $clusterTime");
     }
     /* The handshake of a cluster process says internalClient in the very request. */
-    if (!shl_cluster_time_client_authorized(op) && !shl_bson_iter_find_key(&it, op->body, "internalClient")) {
+    if (!shl_cluster_time_client_authorized(op) &&
+        !shl_bson_iter_find_key(&it, op->body, "internalClient")) {
         if (op->svc->cluster_time == NULL) {
             SHL_FAIL(st, SHL_CODE_CANNOT_VERIFY_AND_SIGN_LOGICAL_TIME,
                      "Cannot accept logicalTime: { ts: Timestamp(%u, %u) }. May not be a part "
