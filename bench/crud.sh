@@ -162,4 +162,23 @@ for c in sorted({r["threads"] for r in rows}):
               % (budget, rtt))
     ratio("c=%d insert100 docs / wiredtiger" % c, med.get(("loadgen", "insert100", c)),
           med.get(("wt_baseline", "insert", c)), None, "docs_per_sec")
+# Issue 22's node figures: server CPU per request against the references' in this run, and
+# the tail over the median (targets at 32 connections).
+def cpu_ratio(label, num, den, target):
+    if num and den and den["server_cpu_us_per_op"] > 0:
+        r = num["server_cpu_us_per_op"] / den["server_cpu_us_per_op"]
+        print("issue 22 c=%d %s: %.2f = %.2f / %.2f us (target <= %.1f: %s)"
+              % (c, label, r, num["server_cpu_us_per_op"], den["server_cpu_us_per_op"], target,
+                 "met" if r <= target else "NOT met"))
+for c in sorted({r["threads"] for r in rows}):
+    cpu_ratio("server CPU per find / redis GET's", med.get(("loadgen", "findid", c)),
+              med.get(("redis-benchmark", "GET", c)), 2.5)
+    cpu_ratio("server CPU per insert / raw wiredtiger's", med.get(("loadgen", "insert", c)),
+              med.get(("wt_baseline", "insert", c)), 4.0)
+    for op in ("findid", "insert"):
+        m = med.get(("loadgen", op, c))
+        if m and m["p50_us"] > 0:
+            r = m["p99_us"] / m["p50_us"]
+            print("issue 22 c=%d %s p99/p50: %.1f = %.0f / %.0f us (target <= 4: %s)"
+                  % (c, op, r, m["p99_us"], m["p50_us"], "met" if r <= 4 else "NOT met"))
 PY

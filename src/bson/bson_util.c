@@ -578,6 +578,13 @@ shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
     return found;
 }
 
+bool
+shl_bson_has_key(const bson_t *doc, const char *key)
+{
+    bson_iter_t it;
+    return shl_bson_iter_find_key(&it, doc, key);
+}
+
 int64_t
 shl_bson_int64_at(const bson_t *doc, const char *key)
 {

@@ -146,6 +146,10 @@ bool shl_bson_iter_view(const bson_iter_t *it, bson_t *view);
  */
 bool shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key);
 
+/* shl_bson_has_key -- whether 'doc' has a top-level field named exactly 'key' (no dotted
+ * paths, unlike bson_has_field), at shl_bson_iter_find_key's cost: for per-request checks. */
+bool shl_bson_has_key(const bson_t *doc, const char *key);
+
 void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *skip);
 
 /* ---- sizes ---- */

@@ -547,7 +547,7 @@ view_read(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *ns, bson_t *reply
     }
     *handled = true;
     if ((op->has_shard_version || op->has_database_version) &&
-        (shl_db_shard_key(op, r.ns, &key) || bson_has_field(cmd, "explain"))) {
+        (shl_db_shard_key(op, r.ns, &key) || shl_bson_has_key(cmd, "explain"))) {
         bson_t extra = BSON_INITIALIZER;
         db_view_resolved_append(&r, &extra);
         shl_status_set(st, SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD,
@@ -561,7 +561,7 @@ view_read(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *ns, bson_t *reply
     SHL_ERR(db_view_aggregate_cmd(cmd, &r, &agg, st));
     SHL_ERR(aggregate_run(op, &agg, ns->full, &agg_reply, st));
     /* An explain's reply is the aggregate's explain. */
-    SHL_ERR(shl_view_reply(bson_has_field(cmd, "explain") ? "aggregate" : shl_cmd_name(cmd),
+    SHL_ERR(shl_view_reply(shl_bson_has_key(cmd, "explain") ? "aggregate" : shl_cmd_name(cmd),
                           &agg_reply, reply, st));
 done:
     if (is_view) {
@@ -884,7 +884,7 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         SHL_FAIL(st, SHL_CODE_UNAUTHORIZED,
                  "cursor id %lld was not created by the authenticated user", (long long)id);
     }
-    if (bson_has_field(cmd, "maxTimeMS") && !c->await_data) {
+    if (shl_bson_has_key(cmd, "maxTimeMS") && !c->await_data) {
         keep = true; /* a bad request does not end the cursor */
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
@@ -1441,7 +1441,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         bson_t with = BSON_INITIALIZER;
         bool view = false;
         bson_concat(&with, &inner);
-        if (!bson_has_field(&inner, "explain")) {
+        if (!shl_bson_has_key(&inner, "explain")) {
             BSON_APPEND_BOOL(&with, "explain", true);
         }
         ret = view_read(op, &with, &ns, reply, &view, st);
@@ -1685,7 +1685,7 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
-    if (!bson_has_field(cmd, "cursor") && !explain) {
+    if (!shl_bson_has_key(cmd, "cursor") && !explain) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "The 'cursor' option is required, except for aggregate with the explain "
                  "argument");

@@ -452,8 +452,8 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         }
     }
     SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
-    user_ids = bson_has_field(cmd, "stmtIds") || bson_has_field(cmd, "stmtId");
-    moved = bson_has_field(cmd, DB_WCOS_INSERT_FIELD);
+    user_ids = shl_bson_has_key(cmd, "stmtIds") || shl_bson_has_key(cmd, "stmtId");
+    moved = shl_bson_has_key(cmd, DB_WCOS_INSERT_FIELD);
     /* A retried retryable write: the statements that ran are answered, not run again. */
     for (size_t i = 0; op->session != NULL && i < n; i++) {
         uint64_t ts = 0;
@@ -1067,7 +1067,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     }
     SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
     /* In a retryable internal transaction, the statements that carry the user's ids. */
-    user_ids = bson_has_field(cmd, "stmtIds") || bson_has_field(cmd, "stmtId");
+    user_ids = shl_bson_has_key(cmd, "stmtIds") || shl_bson_has_key(cmd, "stmtId");
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         uint64_t ts = 0;

@@ -112,24 +112,38 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     db_node_t *node = db_node(op);
     bson_iter_t it;
     bson_t let, builtins = BSON_INITIALIZER;
-    bool has_let = bson_iter_init_find(&it, cmd, "let"), has_ct = false;
+    bson_iter_t let_it = {0}, rc_it = {0};
+    bool has_let = false, has_rc = false, has_ct = false;
     int64_t now_ms;
 
+    /* One pass for both fields (this runs for every find). */
+    if (bson_iter_init(&it, cmd)) {
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
+            if (!has_let && strcmp(k, "let") == 0) {
+                let_it = it;
+                has_let = true;
+            } else if (!has_rc && strcmp(k, "legacyRuntimeConstants") == 0) {
+                rc_it = it;
+                has_rc = true;
+            }
+        }
+    }
     bson_init(out);
     *has = false;
-    if (has_let && !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (has_let && !BSON_ITER_HOLDS_DOCUMENT(&let_it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.let' is the wrong type '%s', expected type 'object'",
-                 shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&it)));
+                 shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&let_it)));
     }
-    if (!has_let && !always && !bson_has_field(cmd, "legacyRuntimeConstants")) {
+    if (!has_let && !always && !has_rc) {
         goto done;
     }
     now_ms = shl_clock_wall_ms();
-    if (bson_iter_init_find(&it, cmd, "legacyRuntimeConstants") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (has_rc && BSON_ITER_HOLDS_DOCUMENT(&rc_it)) {
         /* A router's command: its $$NOW and $$CLUSTER_TIME, the same on every shard. */
         bson_iter_t rc;
-        bson_iter_recurse(&it, &rc);
+        bson_iter_recurse(&rc_it, &rc);
         while (bson_iter_next(&rc)) {
             if (strcmp(bson_iter_key(&rc), "localNow") == 0 && BSON_ITER_HOLDS_DATE_TIME(&rc)) {
                 now_ms = bson_iter_date_time(&rc);
@@ -152,8 +166,7 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     if (has_let) {
         const uint8_t *data;
         uint32_t len;
-        bson_iter_init_find(&it, cmd, "let");
-        bson_iter_document(&it, &len, &data);
+        bson_iter_document(&let_it, &len, &data);
         bson_init_static(&let, data, len);
     } else {
         bson_init(&let);

@@ -39,7 +39,7 @@ check_enum(const char *cmd_name, const bson_t *cmd, const char *field, const cha
     bson_iter_t it;
     int ret = 0;
 
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         goto done;
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
@@ -66,7 +66,7 @@ db_validation_options_check(const char *cmd_name, const bson_t *cmd, const shl_n
 
     SHL_ERR(check_enum(cmd_name, cmd, "validationLevel", k_levels, st));
     SHL_ERR(check_enum(cmd_name, cmd, "validationAction", k_actions, st));
-    if (!bson_iter_init_find(&it, cmd, "validator")) {
+    if (!shl_bson_iter_find_key(&it, cmd, "validator")) {
         goto done;
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -112,17 +112,17 @@ db_validator_init(db_validator_t *v, const shl_collection_t *coll, bool bypass, 
         goto done;
     }
     v->ns = coll->ns;
-    if (bson_iter_init_find(&it, coll->options, "validationLevel") && BSON_ITER_HOLDS_UTF8(&it)) {
+    if (shl_bson_iter_find_key(&it, coll->options, "validationLevel") && BSON_ITER_HOLDS_UTF8(&it)) {
         const char *level = bson_iter_utf8(&it, NULL);
         if (strcmp(level, "off") == 0) {
             goto done;
         }
         v->moderate = strcmp(level, "moderate") == 0;
     }
-    if (bson_iter_init_find(&it, coll->options, "validationAction") && BSON_ITER_HOLDS_UTF8(&it)) {
+    if (shl_bson_iter_find_key(&it, coll->options, "validationAction") && BSON_ITER_HOLDS_UTF8(&it)) {
         v->warn = strcmp(bson_iter_utf8(&it, NULL), "warn") == 0;
     }
-    if (bson_iter_init_find(&it, coll->options, "validator") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (shl_bson_iter_find_key(&it, coll->options, "validator") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_t doc;
         const uint8_t *data;
         uint32_t len;
@@ -150,7 +150,7 @@ append_err_info(const db_validator_t *v, const bson_t *doc, bson_t *info)
 {
     bson_iter_t it;
     bson_t details;
-    if (bson_iter_init_find(&it, doc, "_id")) {
+    if (shl_bson_iter_find_key(&it, doc, "_id")) {
         bson_append_value(info, "failingDocumentId", -1, bson_iter_value(&it));
     }
     BSON_APPEND_DOCUMENT_BEGIN(info, "details", &details);

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "base/str.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "bson/collation.h"
@@ -23,8 +24,16 @@
 static bool
 views_ns(const char *db, char *out, size_t n)
 {
-    int w = snprintf(out, n, "%s.%s", db, VIEWS_COLL);
-    return w > 0 && (size_t)w < n;
+    /* Per find on every collection: no format machinery. */
+    size_t dl = strlen(db), cl = sizeof(VIEWS_COLL) - 1;
+    bool fits = dl + 1 + cl < n;
+
+    if (fits) {
+        memcpy(out, db, dl);
+        out[dl] = '.';
+        memcpy(out + dl + 1, VIEWS_COLL, cl + 1);
+    }
+    return fits;
 }
 
 static void
@@ -51,7 +60,12 @@ db_view_get(shl_op_ctx_t *op, const char *ns, bson_t *def, bool *found, shl_stat
 
     bson_init(def);
     *found = false;
-    snprintf(db, sizeof(db), "%.*s", dot == NULL ? 0 : (int)(dot - ns), ns);
+    {
+        size_t dl = dot == NULL ? 0 : (size_t)(dot - ns);
+        dl = dl < sizeof(db) ? dl : sizeof(db) - 1;
+        memcpy(db, ns, dl);
+        db[dl] = '\0';
+    }
     if (!views_ns(db, vns, sizeof(vns))) {
         goto done;
     }
@@ -104,7 +118,7 @@ view_chain(shl_op_ctx_t *op, const char *ns, const bson_t *extra, bson_t *defs, 
     int dblen = dot == NULL ? 0 : (int)(dot - ns);
 
     *ndefs = 0;
-    snprintf(cur, sizeof(cur), "%s", ns);
+    shl_str_copy(cur, sizeof(cur), ns);
     for (;;) {
         bool found = false;
         bson_iter_t it;
@@ -144,7 +158,7 @@ view_chain(shl_op_ctx_t *op, const char *ns, const bson_t *extra, bson_t *defs, 
             }
         }
     }
-    snprintf(bottom, SHL_NS_MAX + 1, "%s", cur);
+    shl_str_copy(bottom, SHL_NS_MAX + 1, cur);
 done:
     return ret;
 }

@@ -336,7 +336,7 @@ shl_cluster_time_gossip_in(shl_op_ctx_t *op, uint64_t *ts, shl_status_t *st)
         (op->svc->role == SHL_ROLE_STANDALONE && op->svc->set_name[0] == '\0')) {
         goto done;
     }
-    if (!bson_iter_init_find(&it, &op->cluster_time, "clusterTime")) {
+    if (!shl_bson_iter_find_key(&it, &op->cluster_time, "clusterTime")) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "No clusterTime found");
     }
     if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
@@ -349,7 +349,7 @@ shl_cluster_time_gossip_in(shl_op_ctx_t *op, uint64_t *ts, shl_status_t *st)
     if (t == 0) {
         goto done; /* an uninitialised time asks for nothing */
     }
-    if (!bson_iter_init_find(&it, &op->cluster_time, "signature") ||
+    if (!shl_bson_iter_find_key(&it, &op->cluster_time, "signature") ||
         !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sig)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "No signature found");
     }
@@ -364,7 +364,8 @@ shl_cluster_time_gossip_in(shl_op_ctx_t *op, uint64_t *ts, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Invalid signature hash in $clusterTime");
     }
     /* The handshake of a cluster process says internalClient in the very request. */
-    if (!shl_cluster_time_client_authorized(op) && !bson_has_field(op->body, "internalClient")) {
+    if (!shl_cluster_time_client_authorized(op) &&
+        !shl_bson_iter_find_key(&it, op->body, "internalClient")) {
         if (op->svc->cluster_time == NULL) {
             SHL_FAIL(st, SHL_CODE_CANNOT_VERIFY_AND_SIGN_LOGICAL_TIME,
                      "Cannot accept logicalTime: { ts: Timestamp(%u, %u) }. May not be a part "

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "bson/bson_util.h"
+
 #define KIND_BODY 0
 #define KIND_SEQUENCE 1
 #define MAX_SEQUENCES 8
@@ -287,7 +289,7 @@ static bool
 body_has_field(const bson_t *body, const char *name)
 {
     bson_iter_t it;
-    return bson_iter_init_find(&it, body, name);
+    return shl_bson_iter_find_key(&it, body, name);
 }
 
 /* Append each document of a sequence as an array element named 'ident' in 'out'. */

@@ -82,11 +82,12 @@ static int
 lsid_owner(shl_op_ctx_t *op, shl_status_t *st)
 {
     int ret = 0;
+    bson_iter_t it;
 
     if (op->conn == NULL || op->conn->system_user) {
         goto done;
     }
-    if (!bson_has_field(&op->lsid, "uid")) {
+    if (!shl_bson_iter_find_key(&it, &op->lsid, "uid")) {
         memcpy(op->lsid_key.uid, op->conn->user_digest, SHL_LSID_UID_LEN);
     } else if (access_control() &&
                memcmp(op->lsid_key.uid, op->conn->user_digest, SHL_LSID_UID_LEN) != 0) {

@@ -118,7 +118,7 @@ shl_wt_session_get(shl_storage_engine_t *eng, shl_wt_session_t **out, shl_status
         if (wtret != 0) {
             SHL_ERR(shl_wt_err(st, wtret, "open_session"));
         }
-        s = bson_malloc0(sizeof(*s));
+        s = bson_aligned_alloc0(BSON_ALIGNOF(shl_wt_session_t), sizeof(*s)); /* a bson_t */
         s->wt = wt;
         bson_init(&s->entry);
         s->cursor_epoch = atomic_load(&eng->cursor_epoch);

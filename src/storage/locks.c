@@ -1,6 +1,7 @@
 /*
  * locks.c -- database and collection locks: a table of named reader/writer locks
- * created on first use and freed when unused. CRUD holds its database and collection
+ * created on first use and freed when unused (up to SHL_LOCKS_IDLE_MAX unused ones are
+ * kept for the next request). CRUD holds its database and collection
  * shared; collection DDL holds the collection exclusive; dropDatabase the database
  * exclusive. Lock order and rules: docs/design/locking.md.
  */
@@ -27,11 +28,43 @@ shl_locks_init(shl_storage_engine_t *eng)
     pthread_mutex_init(&eng->locks_mu, NULL);
 }
 
+static void
+lock_free(shl_named_lock_t *l)
+{
+    pthread_rwlock_destroy(&l->rw);
+    bson_free(l->name);
+    bson_free(l);
+}
+
+/* Unlink 'l' (no users) from the table and free it, or keep it for reuse. Caller holds
+ * locks_mu. */
+static void
+lock_unused(shl_storage_engine_t *eng, shl_named_lock_t *l)
+{
+    shl_named_lock_t **pp;
+
+    if (eng->locks_idle < SHL_LOCKS_IDLE_MAX) {
+        eng->locks_idle++;
+        return;
+    }
+    pp = &eng->locks[hash_name(l->name)];
+    while (*pp != l) {
+        pp = &(*pp)->next;
+    }
+    *pp = l->next;
+    lock_free(l);
+}
+
 void
 shl_locks_cleanup(shl_storage_engine_t *eng)
 {
     for (int i = 0; i < SHL_LOCK_BUCKETS; i++) {
-        SHL_INVARIANT(eng->locks[i] == NULL);
+        while (eng->locks[i] != NULL) {
+            shl_named_lock_t *l = eng->locks[i];
+            SHL_INVARIANT(l->users == 0);
+            eng->locks[i] = l->next;
+            lock_free(l);
+        }
     }
     pthread_mutex_destroy(&eng->locks_mu);
 }
@@ -76,6 +109,8 @@ lock_take_timed(shl_storage_engine_t *eng, const char *name, bool exclusive, int
         pthread_rwlockattr_destroy(&attr);
         l->next = eng->locks[b];
         eng->locks[b] = l;
+    } else if (l->users == 0) {
+        eng->locks_idle--;
     }
     l->users++;
     pthread_mutex_unlock(&eng->locks_mu);
@@ -102,14 +137,7 @@ lock_take_timed(shl_storage_engine_t *eng, const char *name, bool exclusive, int
             /* Give the entry back as shl_lock_drop does, without unlocking. */
             pthread_mutex_lock(&eng->locks_mu);
             if (--l->users == 0) {
-                shl_named_lock_t **pp = &eng->locks[hash_name(l->name)];
-                while (*pp != l) {
-                    pp = &(*pp)->next;
-                }
-                *pp = l->next;
-                pthread_rwlock_destroy(&l->rw);
-                bson_free(l->name);
-                bson_free(l);
+                lock_unused(eng, l);
             }
             pthread_mutex_unlock(&eng->locks_mu);
             l = NULL;
@@ -127,14 +155,7 @@ shl_lock_drop(shl_storage_engine_t *eng, shl_named_lock_t *l)
     pthread_rwlock_unlock(&l->rw);
     pthread_mutex_lock(&eng->locks_mu);
     if (--l->users == 0) {
-        shl_named_lock_t **pp = &eng->locks[hash_name(l->name)];
-        while (*pp != l) {
-            pp = &(*pp)->next;
-        }
-        *pp = l->next;
-        pthread_rwlock_destroy(&l->rw);
-        bson_free(l->name);
-        bson_free(l);
+        lock_unused(eng, l);
     }
     pthread_mutex_unlock(&eng->locks_mu);
 }

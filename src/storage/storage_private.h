@@ -147,6 +147,10 @@ typedef struct shl_named_lock {
 } shl_named_lock_t;
 
 #define SHL_LOCK_BUCKETS 256
+/* Unused lock entries kept for reuse: every CRUD request takes its database's and its
+ * collection's lock, and creating and freeing both each time cost about a quarter of the
+ * locking (a malloc, a strdup, an rwlock init and their frees). */
+#define SHL_LOCKS_IDLE_MAX 256
 #define SHL_CAT_BUCKETS 256
 
 typedef struct shl_cat_entry {
@@ -216,6 +220,7 @@ struct shl_storage_engine {
     /* Lock table. */
     pthread_mutex_t locks_mu;
     shl_named_lock_t *locks[SHL_LOCK_BUCKETS];
+    int locks_idle; /* entries kept with no users (at most SHL_LOCKS_IDLE_MAX); locks_mu */
 
     /* Index builds on non-empty collections commit keys in batches of about this many
      * ([SHL_INDEX_BUILD_BATCH_KEYS]; tests set it smaller). */

@@ -45,7 +45,7 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         if (extra != NULL) {
             bson_concat(&marked, extra);
         }
-        if (!bson_has_field(&marked, "fromMigrate")) {
+        if (!shl_bson_has_key(&marked, "fromMigrate")) {
             BSON_APPEND_BOOL(&marked, "fromMigrate", true);
         }
         bson_reinit(entry);
@@ -88,7 +88,7 @@ id_doc(const bson_t *doc, bson_t *out)
 {
     bson_iter_t it;
     bson_init(out);
-    if (!bson_iter_init_find(&it, doc, "_id")) {
+    if (!shl_bson_iter_find_key(&it, doc, "_id")) {
         return false;
     }
     bson_append_iter(out, "_id", 3, &it);
@@ -351,7 +351,7 @@ pre_images_enabled(const shl_collection_t *coll)
 {
     bson_iter_t it, sub;
     return coll->options != NULL &&
-           bson_iter_init_find(&it, coll->options, "changeStreamPreAndPostImages") &&
+           shl_bson_iter_find_key(&it, coll->options, "changeStreamPreAndPostImages") &&
            BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub);
 }
@@ -427,7 +427,7 @@ shl_txn_write_pre_images(shl_storage_txn_t *txn, const shl_storage_txn_t *src, u
         const uint8_t *uuid = NULL;
         uint32_t len = 0;
         bson_subtype_t sub;
-        if (src->op_pres[i] == NULL || !bson_iter_init_find(&it, src->ops[i], "ui") ||
+        if (src->op_pres[i] == NULL || !shl_bson_iter_find_key(&it, src->ops[i], "ui") ||
             !BSON_ITER_HOLDS_BINARY(&it)) {
             continue;
         }
@@ -737,7 +737,7 @@ shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, con
     bson_iter_t it;
     int ret = 0;
 
-    if (!bson_iter_init_find(&it, doc, "_id")) {
+    if (!shl_bson_iter_find_key(&it, doc, "_id")) {
         return shl_status_set(st, SHL_CODE_BAD_VALUE, "document to upsert has no _id");
     }
     SHL_INVARIANT(txn->last_ts != 0 || fixed != 0);
