@@ -12,7 +12,9 @@
    after the balancer acted (target: no shard above 60 %).
 SHALE_BIN (default build-release/src/main/shale), MB (default 1024), CHUNK_MB (64),
 SKEW_SECONDS (how long part 2 waits for the balancer, default 90; 0 skips part 2), PACING=0
-(the shards' setParameter migrationCachePacing false: no clone batch waits for the cache)."""
+(the shards' setParameter migrationCachePacing false: no clone batch waits for the cache),
+SHARD_ARGS (more command-line arguments for both shards, split at spaces; e.g.
+--wiredTigerEngineConfigString=eviction_dirty_trigger=30 for an A/B of a WiredTiger setting)."""
 import os
 import random
 import statistics
@@ -32,6 +34,7 @@ MB = int(os.environ.get("MB", "1024"))
 CHUNK_MB = int(os.environ.get("CHUNK_MB", "64"))
 SKEW_SECONDS = float(os.environ.get("SKEW_SECONDS", "90"))
 PACING = os.environ.get("PACING", "1") != "0"
+SHARD_ARGS = os.environ.get("SHARD_ARGS", "").split()
 PAD = "x" * 960  # {_id, x, pad}: about 1 KB of BSON
 
 
@@ -95,6 +98,7 @@ class CacheSampler(Background):
     def __init__(self, c, n):
         self.clients = [c.shard_client(i) for i in range(n)]
         self.peak = {}
+        self.app = {}  # (phase, shard) -> [first, last] (evicting, waiting) microseconds
         self.start()
 
     def run(self):
@@ -108,17 +112,29 @@ class CacheSampler(Background):
                     ca = wt["cache"]
                     win = wt["snapshot-window-settings"][
                         "current available snapshots window size in seconds"]
+                    ty = wt.get("thread-yield", {})
+                    app = (ty.get("application thread time evicting (usecs)", 0),
+                           ty.get("application thread time waiting for cache (usecs)", 0))
+                    tx = wt.get("transaction", {})
+                    pinned = tx.get("transaction range of timestamps currently pinned", 0) >> 32
+                    ids = tx.get("transaction range of IDs currently pinned", 0)
                 except (pymongo.errors.PyMongoError, KeyError):
                     continue
                 mx = float(max(1, ca["maximum bytes configured"]))
                 d = ca["tracked dirty bytes in the cache"] / mx
                 u = ca["bytes currently in the cache"] / mx
-                old = self.peak.get((phase, i), (0.0, 0.0, 1e9))
-                self.peak[(phase, i)] = (max(old[0], d), max(old[1], u), min(old[2], win))
+                old = self.peak.get((phase, i), (0.0, 0.0, 1e9, 0, 0))
+                self.peak[(phase, i)] = (max(old[0], d), max(old[1], u), min(old[2], win),
+                                         max(old[3], pinned), max(old[4], ids))
+                self.app.setdefault((phase, i), [app, app])[1] = app
 
     def report(self, phase, i):
-        d, u, w = self.peak.get((phase, i), (0.0, 0.0, 0))
-        return "dirty <= %.0f %%, used <= %.0f %%, history window >= %d s" % (d * 100, u * 100, w)
+        d, u, w, p, ids = self.peak.get((phase, i), (0.0, 0.0, 0, 0, 0))
+        a = self.app.get((phase, i), [(0, 0), (0, 0)])
+        return ("dirty <= %.0f %%, used <= %.0f %%, history window >= %d s, pinned <= %d s "
+                "(<= %d transaction ids); application threads evicting %.2f s, waiting for "
+                "cache %.2f s" % (d * 100, u * 100, w, p, ids, (a[1][0] - a[0][0]) / 1e6,
+                                  (a[1][1] - a[0][1]) / 1e6))
 
 
 def chunk_counts(cfg, uuid):
@@ -274,7 +290,7 @@ def uptime():
 
 
 def main():
-    c = ShaleCluster(shards=2)
+    c = ShaleCluster(shards=2, shard_extra=SHARD_ARGS)
     c.start()
     try:
         r = c.router_client()
@@ -283,7 +299,7 @@ def main():
             c.shard_client(i).admin.command("setParameter", 1, migrationCachePacing=PACING)
         print("== %d cores; 2-shard cluster; %d MB, chunksize %d MB; migrationCachePacing %s"
               % (os.cpu_count(), MB, CHUNK_MB, PACING))
-        print("load: %s" % uptime())
+        print("load: %s; shard arguments %s" % (uptime(), SHARD_ARGS))
         spread(c, r, cfg)
         print("load: %s" % uptime())
         if SKEW_SECONDS > 0:

@@ -135,7 +135,7 @@ append_wired_tiger_status(db_node_t *node, bson_t *reply)
 {
     shl_storage_cache_stats_t cs;
     shl_status_t st = SHL_STATUS_INIT;
-    bson_t wt, cache, win, log;
+    bson_t wt, cache, win, log, ty, txn;
 
     if (shl_storage_cache_stats(node->eng, &cs, &st) != 0) {
         return;
@@ -149,7 +149,18 @@ append_wired_tiger_status(db_node_t *node, bson_t *reply)
                       cs.bytes_lookaside);
     BSON_APPEND_INT64(&cache, "cache overflow table entries", cs.lookaside_entries);
     BSON_APPEND_INT64(&cache, "cache overflow score", cs.lookaside_score);
+    BSON_APPEND_INT64(&cache, "pages evicted by application threads", cs.app_evicted_pages);
     bson_append_document_end(&wt, &cache);
+    BSON_APPEND_DOCUMENT_BEGIN(&wt, "thread-yield", &ty);
+    BSON_APPEND_INT64(&ty, "application thread time evicting (usecs)", cs.app_evict_usecs);
+    BSON_APPEND_INT64(&ty, "application thread time waiting for cache (usecs)",
+                      cs.app_wait_usecs);
+    bson_append_document_end(&wt, &ty);
+    BSON_APPEND_DOCUMENT_BEGIN(&wt, "transaction", &txn);
+    BSON_APPEND_INT64(&txn, "transaction range of timestamps currently pinned",
+                      cs.pinned_ts_range);
+    BSON_APPEND_INT64(&txn, "transaction range of IDs currently pinned", cs.pinned_id_range);
+    bson_append_document_end(&wt, &txn);
     BSON_APPEND_DOCUMENT_BEGIN(&wt, "snapshot-window-settings", &win);
     BSON_APPEND_INT64(&win, "max target available snapshots window size in seconds",
                       shl_opt_int(SHL_OPT_minSnapshotHistoryWindowInSeconds));
@@ -435,6 +446,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.term = node->repl_set ? 1 : -1;
     /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
+    so.engine_config = shl_opt_str(SHL_OPT_wiredTigerEngineConfigString);
     so.keygen_factory = db_keygen_factory;
     so.replay_derive = node_replay_derive;
     so.pin_stable_at_open = node->repl_set; /* until repl has pinned what it needs */

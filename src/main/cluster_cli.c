@@ -130,13 +130,44 @@ done:
  * appended to DIR/<name>.log (its --logpath too, so early errors and the structured
  * log land together).
  */
+/* Without --wiredTigerCacheSizeGB a node takes MongoDB's default for a machine of its own,
+ * max(256 MiB, 50 % of (RAM - 1 GiB)); the cluster's data nodes share this machine, so each
+ * gets that amount divided among them (at least 256 MiB) -- several caches each sized for the
+ * whole machine would together outgrow its memory. Writes the size in GB into out. */
+static void
+shared_cache_gb(const shl_cluster_layout_t *lay, char *out, size_t n)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    int64_t ram_mb = pages > 0 && psize > 0 ? (int64_t)pages * psize / (1024 * 1024) : 1024;
+    int64_t per_mb = (ram_mb - 1024) / 2;
+    int nodes = 0;
+
+    for (int i = 0; i < lay->nprocs; i++) {
+        nodes += lay->procs[i].role != SHL_CLUSTER_ROUTER;
+    }
+    per_mb /= nodes > 0 ? nodes : 1;
+    snprintf(out, n, "%.3f", (double)(per_mb < 256 ? 256 : per_mb) / 1024.0);
+}
+
+/* Whether the user gave the data nodes a cache size. */
+static bool
+cache_size_given(const shl_cluster_args_t *a)
+{
+    bool given = false;
+
+    for (int i = 0; i < a->n_node_extra && !given; i++) {
+        given = strcmp(a->node_extra[i], "--wiredTigerCacheSizeGB") == 0;
+    }
+    return given;
+}
+
 static int
 spawn(const shl_cluster_layout_t *lay, shl_cluster_proc_t *p, const shl_cluster_args_t *a,
       shl_status_t *st)
 {
     int ret = 0;
     char port[16], logpath[SHL_CLUSTER_PATH_MAX + 64], dbpath[SHL_CLUSTER_PATH_MAX + 64];
-    char configdb[SHL_CLIENT_HOST_MAX];
+    char configdb[SHL_CLIENT_HOST_MAX], cache_gb[32];
     const char *argv[64 + 2 * SHL_CLUSTER_MAX_EXTRA];
     int n = 0;
     pid_t pid;
@@ -163,6 +194,11 @@ spawn(const shl_cluster_layout_t *lay, shl_cluster_proc_t *p, const shl_cluster_
         }
         for (int i = 0; i < a->n_node_extra; i++) {
             argv[n++] = a->node_extra[i];
+        }
+        if (!cache_size_given(a)) {
+            shared_cache_gb(lay, cache_gb, sizeof(cache_gb));
+            argv[n++] = "--wiredTigerCacheSizeGB";
+            argv[n++] = cache_gb;
         }
     }
     argv[n++] = "--port";

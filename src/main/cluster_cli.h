@@ -13,7 +13,8 @@
  *     [--setParameter n=v]... [--wiredTigerCacheSizeGB G]`: start (or restart) the
  *     cluster recorded in DIR, add its shards through the router, print the connection
  *     string on stdout and return 0. On failure stops what it started and returns 1
- *     (2 for bad usage). argv[1] is "up".
+ *     (2 for bad usage). argv[1] is "up". Without --wiredTigerCacheSizeGB each data node's
+ *     cache is MongoDB's default for the machine divided among the cluster's data nodes.
  */
 int shl_cluster_up_main(int argc, char **argv);
 

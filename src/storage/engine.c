@@ -1049,10 +1049,11 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
         "eviction=(threads_min=4,threads_max=4),"
         "log=(enabled=true,archive=true,path=journal%s),"
         "transaction_sync=(enabled=false),statistics=(fast),"
-        "file_manager=(close_idle_time=600,close_scan_interval=10,close_handle_minimum=250)%s%s",
+        "file_manager=(close_idle_time=600,close_scan_interval=10,close_handle_minimum=250)%s%s%s",
         cache_mb, opts->session_max > 0 ? opts->session_max : 20000,
         eng->snappy ? ",compressor=snappy" : "", eng->snappy ? ",extensions=[" SNAPPY_EXT "]" : "",
-        "");
+        opts->engine_config != NULL && opts->engine_config[0] != '\0' ? "," : "",
+        opts->engine_config != NULL ? opts->engine_config : "");
     wtret = wiredtiger_open(eng->dbpath, NULL, cfg, &eng->conn);
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "wiredtiger_open"));

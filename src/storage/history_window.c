@@ -11,8 +11,12 @@
  * spill and read back the same pages until the window has passed -- minutes of a node
  * crawling. So the window in force adapts, as MongoDB 4.2 (same storage generation) did
  * with its target snapshot window: under cache pressure it shrinks by a quarter per check
- * (to 3 s at the least), without pressure it grows back by 2 s per check, never beyond the
- * setting. Snapshot reads
+ * (to 3 s at the least); once eviction is idle again (dirty bytes below WiredTiger's dirty
+ * target) it grows back by 1 s every 2 s, never beyond the setting. Growing slower than the
+ * clock matters: while the window grows the oldest timestamp moves at the clock's pace less
+ * the growth, so at 2 s a second (as before bal16e) it stood still for minutes after each
+ * shrink and every write of those minutes stayed pinned in the cache -- the next bulk write
+ * (a migration's clone) started with eviction stuck on that history. Snapshot reads
  * older than the window in force get SnapshotTooOld, as they did there.
  */
 #include "storage/storage_private.h"
@@ -25,8 +29,14 @@
 
 /* Checks at most this often (the flusher calls more often). */
 #define WINDOW_CHECK_MS 1000
-/* Growth per check without pressure, in seconds (MongoDB 4.2's additive increase). */
-#define WINDOW_GROW_SECS 2
+/* Growth without pressure: this many seconds at most once per WINDOW_GROW_MS, so the oldest
+ * timestamp still advances at half the clock's pace while the window grows; and only while
+ * dirty bytes fill less than WINDOW_GROW_DIRTY_PCT of the cache (WiredTiger's
+ * eviction_dirty_target: eviction has nothing urgent to do). Between that and pressure the
+ * window holds. */
+#define WINDOW_GROW_SECS 1
+#define WINDOW_GROW_MS 2000
+#define WINDOW_GROW_DIRTY_PCT 5
 /* Pressure: WiredTiger's cache overflow score at this value or above (0-100: how often
  * eviction found itself stuck lately; it rises once eviction must spill history to the
  * lookaside table) while dirty bytes fill this share of the cache (percent; WiredTiger's
@@ -53,6 +63,7 @@ shl_history_window_init(shl_storage_engine_t *eng)
 {
     atomic_store(&eng->window_secs, setting_secs());
     eng->window_checked_ms = 0;
+    eng->window_grown_ms = 0;
 }
 
 uint64_t
@@ -115,6 +126,11 @@ shl_storage_cache_stats(shl_storage_engine_t *eng, shl_storage_cache_stats_t *ou
     out->bytes_lookaside = stat_value(c, WT_STAT_CONN_CACHE_BYTES_LOOKASIDE);
     out->lookaside_entries = stat_value(c, WT_STAT_CONN_CACHE_LOOKASIDE_ENTRIES);
     out->lookaside_score = stat_value(c, WT_STAT_CONN_CACHE_LOOKASIDE_SCORE);
+    out->app_evict_usecs = stat_value(c, WT_STAT_CONN_APPLICATION_EVICT_TIME);
+    out->app_wait_usecs = stat_value(c, WT_STAT_CONN_APPLICATION_CACHE_TIME);
+    out->app_evicted_pages = stat_value(c, WT_STAT_CONN_CACHE_EVICTION_APP);
+    out->pinned_ts_range = stat_value(c, WT_STAT_CONN_TXN_PINNED_TIMESTAMP);
+    out->pinned_id_range = stat_value(c, WT_STAT_CONN_TXN_PINNED_RANGE);
     out->window_secs = atomic_load(&eng->window_secs);
     if (out->window_secs > setting_secs()) {
         out->window_secs = setting_secs();
@@ -159,13 +175,16 @@ shl_history_window_adjust(shl_storage_engine_t *eng)
     if (shl_storage_cache_stats(eng, &cs, &st) != 0) {
         return; /* no reading: keep the window */
     }
+    next = window;
     if (under_pressure(&cs)) {
         next = window * 3 / 4;
         if (next < WINDOW_FLOOR_SECS) {
             next = window < WINDOW_FLOOR_SECS ? window : WINDOW_FLOOR_SECS;
         }
-    } else {
+    } else if (window < setting && now - eng->window_grown_ms >= WINDOW_GROW_MS &&
+               cs.bytes_dirty * 100 < cs.bytes_max * WINDOW_GROW_DIRTY_PCT) {
         next = window + WINDOW_GROW_SECS > setting ? setting : window + WINDOW_GROW_SECS;
+        eng->window_grown_ms = now;
     }
     if ((window == setting && next < setting) || (next == setting && window < setting)) {
         SHL_LOG_INFO(STORAGE, 5100120, "history window changed", "seconds", BCON_INT64(next),

@@ -44,6 +44,7 @@ typedef int (*shl_keygen_factory_fn)(const bson_t *spec, shl_keygen_t **out, shl
 typedef struct shl_storage_options {
     const char *dbpath;                 /* required; created if missing */
     int64_t cache_size_mb;              /* [max(256 MiB, 50% of (RAM - 1 GiB))], MongoDB's rule */
+    const char *engine_config; /* more wiredtiger_open settings, after ours (they win) [none] */
     int32_t session_max;                /* WT session_max [20000]; sessions are pooled */
     int64_t term;                       /* oplog 't' [-1, a standalone]; a set of one passes 1 */
     int32_t journal_commit_interval_ms; /* [options table journalCommitInterval, 100] */
@@ -150,6 +151,15 @@ typedef struct {
     int64_t lookaside_entries; /* "cache overflow table entries" */
     int64_t lookaside_score;   /* "cache overflow score" (0-100: how stuck eviction is) */
     int64_t window_secs;       /* the history window in force, seconds */
+    /* Since start-up (WiredTiger's "thread-yield" and "cache" counters): the time threads
+     * that run operations (not eviction's own) spent evicting pages and waiting for room in
+     * the cache, and the pages they evicted -- what a client pays when eviction falls
+     * behind. */
+    int64_t app_evict_usecs;   /* "application thread time evicting (usecs)" */
+    int64_t app_wait_usecs;    /* "application thread time waiting for cache (usecs)" */
+    int64_t app_evicted_pages; /* "pages evicted by application threads" */
+    int64_t pinned_ts_range;   /* "transaction range of timestamps currently pinned" */
+    int64_t pinned_id_range;   /* "transaction range of IDs currently pinned" */
 } shl_storage_cache_stats_t;
 int shl_storage_cache_stats(shl_storage_engine_t *eng, shl_storage_cache_stats_t *out,
                             shl_status_t *st);

@@ -184,6 +184,7 @@ struct shl_storage_engine {
     atomic_ullong oldest_ts; /* WT's oldest timestamp as last set (history window) */
     atomic_llong window_secs;  /* history window in force (history_window.c) */
     int64_t window_checked_ms; /* last check; the flusher thread only */
+    int64_t window_grown_ms;   /* last growth of the window; the flusher thread only */
 
     /* Journal flushes (group commit). */
     pthread_mutex_t flush_mu;
@@ -236,8 +237,9 @@ struct shl_storage_engine {
  * The history window in force (history_window.c): minSnapshotHistoryWindowInSeconds, shrunk
  * while the cache is under pressure. _init at open; _oldest_for gives the oldest timestamp
  * for a stable one; _adjust (the flusher thread only) reads the cache at most once a second
- * and shrinks the window by a quarter under pressure or grows it by 2 s back toward the
- * setting.
+ * and shrinks the window by a quarter under pressure or, while eviction is idle, grows it
+ * back toward the setting by 1 s every 2 s (slower than the clock, so the oldest timestamp
+ * keeps moving).
  */
 void shl_history_window_init(shl_storage_engine_t *eng);
 uint64_t shl_history_window_oldest_for(shl_storage_engine_t *eng, uint64_t stable);

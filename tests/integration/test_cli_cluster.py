@@ -181,6 +181,24 @@ def test_up_status_down(cli):
     assert r.returncode == 0 and "was not running" in r.stderr
 
 
+def test_up_shares_the_machine_between_the_nodes_caches(cli):
+    """Without --wiredTigerCacheSizeGB each data node gets MongoDB's default cache for a whole
+    machine, max(256 MiB, 50 % of (RAM - 1 GiB)), divided among the cluster's data nodes (a
+    config server and two shards here), so together they stay within it."""
+    cli.base_args = cli.base_args[:-2]  # no --wiredTigerCacheSizeGB
+    r = cli.up()
+    assert r.returncode == 0, r.stderr
+    ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    want_mb = max(256, (ram_mb - 1024) // 2 // 3)
+    for p in cli.layout()["processes"]:
+        if p["name"] == "router":
+            continue
+        c = pymongo.MongoClient("127.0.0.1", p["port"], directConnection=True)
+        got = c.admin.command("serverStatus")["wiredTiger"]["cache"]["maximum bytes configured"]
+        c.close()
+        assert abs(got / 1048576.0 - want_mb) <= 2, (p["name"], got, want_mb)
+
+
 def test_up_twice_and_restart(cli):
     r = cli.up()
     assert r.returncode == 0, r.stderr

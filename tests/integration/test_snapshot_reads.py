@@ -243,8 +243,39 @@ def test_history_window_shrinks_under_cache_pressure_and_grows_back(shale_proces
         return False
     wait_until(too_old, timeout=60, what="SnapshotTooOld for a time behind the shrunk window")
     # Without pressure the window grows back to the setting.
-    wait_until(lambda: _window(client) == 20, timeout=60,
+    # (1 s every 2 s once eviction is idle: tens of seconds from the floor.)
+    wait_until(lambda: _window(client) == 20, timeout=90,
                what="the history window to grow back")
+    # A fresh write's time: the node was idle while the window grew, and an idle node keeps
+    # only the window behind the clock, not its last write.
+    db.c.insert_one({})
     t1 = db.command("ping")["operationTime"]
     assert db.command("find", "c", readConcern=snap_at(t1))["cursor"]["firstBatch"]
     assert db.big.count_documents({}) == state["next"]
+
+
+def test_engine_config_string_and_eviction_readings(shale_process):
+    """--wiredTigerEngineConfigString (MongoDB's flag) goes to wiredtiger_open after Shale's
+    own settings, so it overrides them (here the fixture's 256 MB cache); serverStatus reports
+    what clients pay when eviction falls behind and how much history is pinned, under
+    WiredTiger's names. A setting WiredTiger refuses stops the node at start-up."""
+    node = shale_process(["node", "--replSet", "rs0"], name="rsnode", start=False)
+    node.start(extra=["--wiredTigerEngineConfigString", "cache_size=300M,eviction_dirty_target=3"])
+    client = node.client()
+    client.test.c.insert_one({"_id": 1})
+    wt = client.admin.command("serverStatus")["wiredTiger"]
+    assert wt["cache"]["maximum bytes configured"] == 300 * 1024 * 1024
+    assert wt["cache"]["pages evicted by application threads"] >= 0
+    for name in ("application thread time evicting (usecs)",
+                 "application thread time waiting for cache (usecs)"):
+        assert wt["thread-yield"][name] >= 0
+    pinned = wt["transaction"]["transaction range of timestamps currently pinned"]
+    # The history window (300 s) behind a node that started a moment ago: under 300 s.
+    assert 0 <= pinned >> 32 <= 300
+    assert wt["transaction"]["transaction range of IDs currently pinned"] >= 0
+    node.stop()
+
+    bad = shale_process(["node"], name="badcfg", start=False)
+    bad.start(extra=["--wiredTigerEngineConfigString", "eviction_trigger=notanumber"],
+              wait=False)
+    assert bad.proc.wait(timeout=60) != 0
