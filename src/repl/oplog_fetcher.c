@@ -205,16 +205,6 @@ entry_wall_ms(const bson_t *e, uint64_t ts)
     return (int64_t)SHL_TS_SECS(ts) * 1000;
 }
 
-/* The term ('t') of oplog entry 'e'; -1 without one. */
-static int64_t
-entry_term(const bson_t *e)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, e, "t") && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
-                                                                           : -1;
-}
-
 /*
  * Whether the source's first entry 'e' is our entry at fetch_from, as MongoDB's fetcher
  * checks it: the same optime, timestamp and term. A timestamp alone is not enough: an
@@ -232,8 +222,8 @@ same_optime(fetcher_t *f, const bson_t *e, uint64_t ts)
 
     bson_init(&mine);
     if (same && shl_oplog_read(f->rc->eng, f->fetch_from, &mine, &found, &st) == 0 && found &&
-        entry_term(&mine) >= 0 && entry_term(e) >= 0) {
-        same = entry_term(&mine) == entry_term(e);
+        repl_entry_term(&mine) >= 0 && repl_entry_term(e) >= 0) {
+        same = repl_entry_term(&mine) == repl_entry_term(e);
     }
     bson_destroy(&mine);
     return same;

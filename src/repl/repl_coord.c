@@ -105,6 +105,15 @@ repl_optime_term(const bson_t *doc, const char *key)
 }
 
 int64_t
+repl_entry_term(const bson_t *e)
+{
+    bson_iter_t it;
+
+    return bson_iter_init_find(&it, e, "t") && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
+                                                                           : -1;
+}
+
+int64_t
 repl_coord_term_at(repl_coord_t *rc, uint64_t ts)
 {
     shl_storage_txn_t *txn = NULL;

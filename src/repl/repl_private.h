@@ -373,6 +373,9 @@ uint64_t repl_optime_ts(const bson_t *doc, const char *key);
 /* repl_optime_term -- the t of an optime document {ts, t} under 'key' in 'doc' (-1: none). */
 int64_t repl_optime_term(const bson_t *doc, const char *key);
 
+/* repl_entry_term -- the term ('t') of oplog entry 'e' (-1: none). */
+int64_t repl_entry_term(const bson_t *e);
+
 /*
  * repl_optime_cmp --
  *     Optimes compare as (term, timestamp), term first (MongoDB's OpTime, Raft's log order):

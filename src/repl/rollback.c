@@ -47,15 +47,6 @@ typedef struct rb_set {
     int64_t commands; /* DDL entries that cannot be undone here (logged) */
 } rb_set_t;
 
-static int64_t
-entry_term(const bson_t *e)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, e, "t") && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
-                                                                           : -1;
-}
-
 static bool
 is_local_entry(const bson_t *e)
 {
@@ -80,7 +71,7 @@ collect_optime(const bson_t *doc, void *arg)
         o->v = bson_realloc(o->v, o->cap * sizeof(*o->v));
     }
     o->v[o->n].ts = repl_optime_ts(doc, "ts");
-    o->v[o->n].t = entry_term(doc);
+    o->v[o->n].t = repl_entry_term(doc);
     o->n++;
 }
 
