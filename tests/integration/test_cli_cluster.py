@@ -299,14 +299,16 @@ def test_up_with_replicas(request):
                    "the write on the shard's secondary")
         sec.close()
         client.close()
-        st = shale("status", "--host", "127.0.0.1:%d" % c.port)
-        assert st.returncode == 0, st.stderr
-        assert "replica set members" in st.stdout
-        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 3) in st.stdout
-        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 4) in st.stdout
-        # the config server's set too
-        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 1) in st.stdout
-        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 2) in st.stdout
+        # Each set's second member joined by initial sync: STARTUP2 until its cloned data is
+        # in a stable checkpoint, then SECONDARY (the config server's set too).
+        states = ["'127.0.0.1:%d': '%s'" % (c.port + i, state) for i, state in
+                  ((3, "PRIMARY"), (4, "SECONDARY"), (1, "PRIMARY"), (2, "SECONDARY"))]
+
+        def status_shows_the_states():
+            st = shale("status", "--host", "127.0.0.1:%d" % c.port)
+            assert st.returncode == 0, st.stderr
+            return "replica set members" in st.stdout and all(x in st.stdout for x in states)
+        wait_until(status_shows_the_states, 30, "shale status to show every member's state")
         r = c.up("--replicas", 3)
         assert r.returncode == 1 and "2-member replica sets" in r.stderr
     finally:

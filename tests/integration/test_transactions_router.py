@@ -338,7 +338,9 @@ def test_snapshot_error_on_a_write_retries_only_as_the_first_statement(cl):
     shard1 = cl.shard_client(1)
     before = balances(c)["b"]
     snap = ReadConcern("snapshot")
+    # Only the test's own updates (internal ones, such as the vector clock's, also run).
     fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                     "namespace": "txr.acct",
                                                      "errorCode": 239,
                                                      "failInternalCommands": True})
     try:
@@ -347,6 +349,7 @@ def test_snapshot_error_on_a_write_retries_only_as_the_first_statement(cl):
                 c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
         assert balances(c)["b"] == before + 1
         fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                         "namespace": "txr.acct",
                                                          "errorCode": 239,
                                                          "failInternalCommands": True})
         with c.start_session() as s:
